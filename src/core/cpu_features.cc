@@ -1,0 +1,86 @@
+#include "core/cpu_features.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+namespace kvlm {
+namespace {
+
+#if defined(__x86_64__) || defined(__i386__)
+uint64_t read_xcr0() {
+  uint32_t eax = 0, edx = 0;
+  __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
+  return (static_cast<uint64_t>(edx) << 32) | eax;
+}
+
+CpuFeatures detect() {
+  CpuFeatures f;
+  unsigned eax, ebx, ecx, edx;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return f;
+  const bool osxsave = ecx & (1u << 27);
+  if (!osxsave) return f;
+  const uint64_t xcr0 = read_xcr0();
+  const bool os_avx = (xcr0 & 0x6) == 0x6;
+  const bool os_avx512 = (xcr0 & 0xe6) == 0xe6;
+  const bool os_amx = (xcr0 & (3u << 17)) == (3u << 17);
+  f.fma = os_avx && (ecx & (1u << 12));
+  f.f16c = os_avx && (ecx & (1u << 29));
+  unsigned max_leaf = __get_cpuid_max(0, nullptr);
+  if (max_leaf < 7) return f;
+  __cpuid_count(7, 0, eax, ebx, ecx, edx);
+  f.avx2 = os_avx && (ebx & (1u << 5));
+  f.avx512f = os_avx512 && (ebx & (1u << 16));
+  f.avx512bw = os_avx512 && (ebx & (1u << 30));
+  f.avx512vl = os_avx512 && (ebx & (1u << 31));
+  f.avx512vnni = os_avx512 && (ecx & (1u << 11));
+  f.amx_bf16 = os_amx && (edx & (1u << 22));
+  f.amx_tile = os_amx && (edx & (1u << 24));
+  f.amx_int8 = os_amx && (edx & (1u << 25));
+  unsigned eax1, ebx1, ecx1, edx1;
+  __cpuid_count(7, 1, eax1, ebx1, ecx1, edx1);
+  f.avx_vnni = os_avx && (eax1 & (1u << 4));
+  f.avx512bf16 = os_avx512 && (eax1 & (1u << 5));
+  return f;
+}
+#else
+CpuFeatures detect() { return CpuFeatures{}; }
+#endif
+
+}  // namespace
+
+std::string CpuFeatures::summary() const {
+  std::string s;
+  auto add = [&](bool on, const char* name) {
+    if (!on) return;
+    if (!s.empty()) s += ' ';
+    s += name;
+  };
+  add(avx2, "avx2");
+  add(fma, "fma");
+  add(f16c, "f16c");
+  add(avx512f, "avx512f");
+  add(avx512bw, "avx512bw");
+  add(avx512vl, "avx512vl");
+  add(avx512vnni, "avx512vnni");
+  add(avx512bf16, "avx512bf16");
+  add(avx_vnni, "avx_vnni");
+  add(amx_tile, "amx_tile");
+  add(amx_int8, "amx_int8");
+  add(amx_bf16, "amx_bf16");
+  return s.empty() ? "portable" : s;
+}
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures features = [] {
+    const char* forced = std::getenv("KVLM_CPU");
+    if (forced != nullptr && std::strcmp(forced, "portable") == 0) return CpuFeatures{};
+    return detect();
+  }();
+  return features;
+}
+
+}  // namespace kvlm

@@ -1,0 +1,34 @@
+#include "support/test_paths.h"
+
+#include <cstdlib>
+
+namespace kvlm::testing {
+
+std::optional<std::filesystem::path> shared_models_dir() {
+  namespace fs = std::filesystem;
+  if (const char* env = std::getenv("KVLM_SHARED"); env != nullptr && *env != '\0') {
+    const fs::path dir = fs::path(env) / "models";
+    if (fs::is_directory(dir)) return dir;
+  }
+  const fs::path beside = fs::path(KVLM_SOURCE_DIR) / ".." / "shared" / "models";
+  if (fs::is_directory(beside)) return fs::canonical(beside);
+  return std::nullopt;
+}
+
+std::optional<std::filesystem::path> shared_file(const std::string& name) {
+  auto dir = shared_models_dir();
+  if (!dir) return std::nullopt;
+  const std::filesystem::path p = *dir / name;
+  if (!std::filesystem::exists(p)) return std::nullopt;
+  return p;
+}
+
+std::filesystem::path scratch_dir(const std::string& test_name) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(KVLM_BINARY_DIR) / "test_scratch" / test_name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+}  // namespace kvlm::testing
