@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "core/dtype.h"
@@ -16,7 +17,7 @@ namespace kvlm {
 // One tensor's header plus a pointer to its bytes inside the mapping.
 struct GgufTensorInfo {
   std::string name;
-  std::vector<int64_t> dims;  // GGUF order: dims[0] is the contiguous (innermost) dimension
+  std::vector<int64_t> dims;  // GGUF order: dims[0] is the contiguous (innermost) dimension; 1..8 dims, each >= 1
   GgmlType type = GgmlType::kF32;
   uint64_t offset = 0;        // from the start of the data section
   uint64_t num_bytes = 0;     // validated against type and dims
@@ -34,7 +35,8 @@ class GgufFile {
  public:
   // Maps and validates the whole file. Every error names the file, the field and the problem.
   static Result<std::unique_ptr<GgufFile>> open(const std::string& path);
-  // Same validation over bytes in memory (tests, fuzzing); `name` appears in errors.
+  // Same validation over bytes in memory (tests, fuzzing); `name` appears in errors. The bytes are
+  // copied to page-aligned storage so tensor data has the file's alignment, as with open().
   static Result<std::unique_ptr<GgufFile>> from_bytes(std::vector<uint8_t> bytes, std::string name);
 
   ~GgufFile();
@@ -45,6 +47,8 @@ class GgufFile {
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
   uint64_t file_size() const { return size_; }
+  // File offset where the data section starts (tensor offsets are relative to it).
+  uint64_t data_offset() const { return data_offset_; }
 
   const std::vector<GgufKeyValue>& metadata() const { return metadata_; }
   const GgufValue* find(std::string_view key) const;  // nullptr when absent
@@ -68,12 +72,18 @@ class GgufFile {
   std::string name_;
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
-  const uint8_t* base_ = nullptr;   // the mapping or owned_bytes_.data()
+  const uint8_t* base_ = nullptr;   // the mapping or owned_bytes_
   uint64_t size_ = 0;
+  uint64_t data_offset_ = 0;
   void* mapping_ = nullptr;         // from mmap, unmapped in the destructor
-  std::vector<uint8_t> owned_bytes_;
+  struct FreeDeleter {
+    void operator()(uint8_t* p) const;
+  };
+  // from_bytes keeps a page-aligned copy, so tensor data is aligned in memory exactly as in a mapping.
+  std::unique_ptr<uint8_t, FreeDeleter> owned_bytes_;
   std::vector<GgufKeyValue> metadata_;
   std::vector<GgufTensorInfo> tensors_;
+  std::unordered_map<std::string_view, size_t> tensor_index_;  // views of tensors_[i].name
 };
 
 }  // namespace kvlm

@@ -53,6 +53,7 @@ class GgufValue {
 
   bool is_integer() const;
   std::optional<int64_t> as_int() const;   // integer types and bool; nullopt if not representable
+  std::optional<uint64_t> as_uint() const; // integer types and bool; nullopt if negative
   std::optional<double> as_float() const;  // float types and integers
   std::optional<bool> as_bool() const;
   std::optional<std::string_view> as_string() const;

@@ -12,6 +12,8 @@
 
 namespace kvlm {
 
+class GgufByteSink;  // where serialized bytes go: a file or a vector (gguf_writer.cc)
+
 class GgufWriter {
  public:
   // Fills a tensor's bytes at write time, so multi-GB models never sit in memory whole.
@@ -26,13 +28,16 @@ class GgufWriter {
   void set_bool(const std::string& key, bool v) { set(key, GgufValue::make_bool(v)); }
 
   // dims in GGUF order (dims[0] contiguous). Byte size follows from type and dims;
-  // dims[0] must be a multiple of the type's block size.
+  // dims[0] must be a multiple of the type's block size. A shape no file can hold (a dim < 1,
+  // more than 8 dims, a byte count that does not match, a duplicate name) is a bug: KVLM_CHECK aborts.
   void add_tensor(const std::string& name, GgmlType type, std::vector<int64_t> dims, std::vector<uint8_t> bytes);
   void add_tensor(const std::string& name, GgmlType type, std::vector<int64_t> dims, TensorFiller filler);
   // F32 data converted to `type` (f32, f16, bf16, q8_0, q4_0) with ops-free scalar quantizers.
   void add_tensor_f32(const std::string& name, GgmlType type, std::vector<int64_t> dims, const std::vector<float>& values);
 
-  void set_alignment(uint32_t alignment);  // default 32; also written as general.alignment when not 32
+  // Default 32; also written as general.alignment when not 32. Setting general.alignment
+  // through set() changes the alignment too, so the two never disagree.
+  void set_alignment(uint32_t alignment);
 
   Status write(const std::string& path) const;  // atomically: temp file, then rename
   std::vector<uint8_t> to_bytes() const;         // the same bytes, in memory (tests)
@@ -48,6 +53,10 @@ class GgufWriter {
   std::vector<std::pair<std::string, GgufValue>> metadata_;
   std::vector<PendingTensor> tensors_;
   uint32_t alignment_ = 32;
+
+  // Header, metadata, tensor infos and the padding up to the data section.
+  std::vector<uint8_t> encode_head() const;
+  Status serialize(GgufByteSink& sink) const;
 };
 
 }  // namespace kvlm

@@ -1,0 +1,113 @@
+// `kvlm run`: generate text from a prompt (or from BOS) over the paged KV cache.
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "cli_error.h"
+#include "commands.h"
+#include "engine/generator.h"
+#include "kv/kv_type.h"
+#include "model/llama_model.h"
+#include "run_report.h"
+
+namespace kvlm::cli {
+namespace {
+
+struct RunFlags {
+  std::string model;
+  std::string prompt;
+  bool has_prompt = false;
+  int max_tokens = 256;
+  float temperature = 0.8f;
+  int top_k = 40;
+  float top_p = 0.95f;
+  float min_p = 0.05f;
+  float repeat_penalty = 1.0f;
+  int64_t seed = -1;
+  std::string kv_type = "f32";
+  int block_size = 16;
+  int threads = 0;
+  bool stats = false;
+  bool json = false;
+  bool verify = false;
+};
+
+KvType parse_kv_type_flag(const std::string& name) {
+  auto type = parse_kv_type(name);
+  if (!type) throw CliError(fmt::format("--kv-type '{}' is not one of: f32, f16", name));
+  return *type;
+}
+
+void run(const RunFlags& f) {
+  auto model = value_or_throw(LlamaModel::load(f.model));
+  const Tokenizer& tok = model->tokenizer();
+  std::vector<TokenId> prompt =
+      f.has_prompt ? tok.encode(f.prompt, tok.add_bos()) : std::vector<TokenId>{tok.bos_id()};
+  if (prompt.empty()) throw CliError("the prompt encodes to no tokens and the vocabulary has no BOS");
+
+  GenerationOptions options;
+  options.max_tokens = f.max_tokens;
+  options.sampler.temperature = f.temperature;
+  options.sampler.top_k = f.top_k;
+  options.sampler.top_p = f.top_p;
+  options.sampler.min_p = f.min_p;
+  options.sampler.repeat_penalty = f.repeat_penalty;
+  options.sampler.seed = f.seed >= 0 ? static_cast<uint64_t>(f.seed)
+                                     : static_cast<uint64_t>(
+                                           std::chrono::steady_clock::now().time_since_epoch().count());
+  options.k_type = options.v_type = parse_kv_type_flag(f.kv_type);
+  options.block_size = f.block_size;
+  options.verify = f.verify;
+
+  ThreadPool pool(f.threads > 0 ? f.threads : ThreadPool::default_num_threads());
+  Generator generator(*model, pool);
+  Generator::TextCallback print = [](std::string_view text) {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+  };
+  auto result = value_or_throw(generator.generate(prompt, options, f.json ? Generator::TextCallback{} : print));
+
+  const RunDescription desc{f.model, f.kv_type, f.kv_type, options.sampler.seed};
+  if (f.json) {
+    std::printf("%s\n", stats_to_json(result, *model, desc).dump(2).c_str());
+    return;
+  }
+  std::printf("\n");
+  if (f.stats || f.verify) std::fprintf(stderr, "\n%s", format_stats(result, *model, desc).c_str());
+}
+
+}  // namespace
+
+CLI::App* add_run_command(CLI::App& app) {
+  auto flags = std::make_shared<RunFlags>();
+  CLI::App* cmd = app.add_subcommand("run", "Generate text with a GGUF model");
+  cmd->add_option("--model,-m", flags->model, "GGUF model file")->required();
+  cmd->add_option("--prompt,-p", flags->prompt, "prompt text (default: start from BOS alone)");
+  cmd->add_option("--max-tokens,-n", flags->max_tokens,
+                  "new tokens to generate (llama2.c's -n from BOS); also stops at EOS or a full context; "
+                  "0 = until EOS or the context is full")
+      ->capture_default_str();
+  cmd->add_option("--temp", flags->temperature, "sampling temperature; 0 = greedy")->capture_default_str();
+  cmd->add_option("--top-k", flags->top_k, "keep the k most likely tokens; 0 = off")->capture_default_str();
+  cmd->add_option("--top-p", flags->top_p, "nucleus sampling threshold; 1 = off")->capture_default_str();
+  cmd->add_option("--min-p", flags->min_p, "drop tokens below min-p x the top probability; 0 = off")
+      ->capture_default_str();
+  cmd->add_option("--repeat-penalty", flags->repeat_penalty, "penalty for recently seen tokens; 1 = off")
+      ->capture_default_str();
+  cmd->add_option("--seed", flags->seed, "RNG seed (default: from the clock)");
+  cmd->add_option("--kv-type", flags->kv_type, "KV cache element type: f32 | f16")->capture_default_str();
+  cmd->add_option("--block-size", flags->block_size, "tokens per KV block")->capture_default_str();
+  cmd->add_option("--threads,-t", flags->threads, "threads (default: all cores)");
+  cmd->add_flag("--stats", flags->stats, "print speed, cache savings and KV memory to stderr");
+  cmd->add_flag("--json", flags->json, "print one JSON object with the text, token ids and statistics");
+  cmd->add_flag("--verify", flags->verify,
+                "check every step's logits against a no-cache reference forward (slow; small models)");
+  cmd->callback([flags, cmd] {
+    flags->has_prompt = cmd->count("--prompt") > 0;
+    run(*flags);
+  });
+  return cmd;
+}
+
+}  // namespace kvlm::cli

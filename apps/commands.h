@@ -1,0 +1,15 @@
+// The kvlm CLI's subcommands: each adds itself to the app and runs when chosen.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace kvlm::cli {
+
+// Each returns the subcommand it registered; its callback throws CliError on failure.
+CLI::App* add_run_command(CLI::App& app);
+CLI::App* add_inspect_command(CLI::App& app);
+CLI::App* add_convert_command(CLI::App& app);
+CLI::App* add_synth_command(CLI::App& app);
+CLI::App* add_demo_command(CLI::App& app);
+
+}  // namespace kvlm::cli

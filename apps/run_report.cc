@@ -1,0 +1,67 @@
+#include "run_report.h"
+
+#include <fmt/format.h>
+
+#include "model/llama_model.h"
+
+namespace kvlm::cli {
+
+std::string format_stats(const GenerationResult& r, const LlamaModel& model, const RunDescription& run) {
+  const GenerationStats& s = r.stats;
+  const ModelConfig& c = model.config();
+  std::string out;
+  out += fmt::format("model            {} ({} {}, {} layers, {} heads / {} kv heads, head_dim {})\n", run.model_path,
+                     c.architecture, c.attention_kind(), c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim);
+  out += fmt::format("tokens           {} prompt + {} generated, {} threads\n", s.prompt_tokens, s.generated_tokens,
+                     s.threads);
+  out += fmt::format("prefill          {:.1f} tokens/s ({:.3f} s)\n", s.prefill_tokens_per_second(), s.prefill_seconds);
+  out += fmt::format("decode           {:.1f} tokens/s ({:.3f} s)\n", s.decode_tokens_per_second(), s.decode_seconds);
+  out += fmt::format("K/V projections  {} computed with the cache, {} by recomputation ({:.1f}x)\n",
+                     s.kv_projections_cached, s.kv_projections_recompute,
+                     s.kv_projections_cached ? static_cast<double>(s.kv_projections_recompute) / s.kv_projections_cached
+                                             : 0.0);
+  out += fmt::format("KV per token     {} bytes = 2 x {} layers x {} kv heads x {} dims x K {} / V {}\n",
+                     s.kv_bytes_per_token, c.num_layers, c.num_kv_heads, c.head_dim, run.k_type, run.v_type);
+  out += fmt::format("KV allocated     {} bytes in {} blocks of {} tokens (peak; {} bytes for {} tokens by formula)\n",
+                     s.kv_bytes_allocated, s.kv_blocks_peak, s.block_size,
+                     s.kv_bytes_per_token * static_cast<uint64_t>(s.kv_tokens_cached), s.kv_tokens_cached);
+  out += fmt::format("KV pool          {} bytes reserved, {} blocks leaked\n", s.kv_pool_bytes, s.blocks_leaked);
+  if (s.verified) {
+    out += fmt::format("verify           cached logits vs no-cache reference: max relative error {:.2e}\n",
+                       s.verify_max_rel_error);
+  }
+  return out;
+}
+
+nlohmann::json stats_to_json(const GenerationResult& r, const LlamaModel& model, const RunDescription& run) {
+  const GenerationStats& s = r.stats;
+  nlohmann::json stats = {
+      {"prompt_tokens", s.prompt_tokens},
+      {"generated_tokens", s.generated_tokens},
+      {"threads", s.threads},
+      {"prefill_seconds", s.prefill_seconds},
+      {"decode_seconds", s.decode_seconds},
+      {"prefill_tokens_per_second", s.prefill_tokens_per_second()},
+      {"decode_tokens_per_second", s.decode_tokens_per_second()},
+      {"kv_projections_cached", s.kv_projections_cached},
+      {"kv_projections_recompute", s.kv_projections_recompute},
+      {"kv_type_k", run.k_type},
+      {"kv_type_v", run.v_type},
+      {"kv_bytes_per_token", s.kv_bytes_per_token},
+      {"kv_bytes_allocated", s.kv_bytes_allocated},
+      {"kv_blocks_peak", s.kv_blocks_peak},
+      {"kv_tokens_cached", s.kv_tokens_cached},
+      {"block_size", s.block_size},
+      {"kv_pool_bytes", s.kv_pool_bytes},
+      {"blocks_leaked", s.blocks_leaked},
+      {"seed", run.seed},
+  };
+  if (s.verified) stats["verify_max_rel_error"] = s.verify_max_rel_error;
+  return nlohmann::json{{"model", run.model_path},
+                        {"architecture", model.config().architecture},
+                        {"text", r.text},
+                        {"tokens", r.tokens},
+                        {"stats", stats}};
+}
+
+}  // namespace kvlm::cli

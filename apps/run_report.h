@@ -1,0 +1,26 @@
+// Printing a generation's statistics, as text (--stats) or JSON (--json).
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/generator.h"
+
+namespace kvlm {
+class LlamaModel;
+}
+
+namespace kvlm::cli {
+
+struct RunDescription {
+  std::string model_path;
+  std::string k_type;
+  std::string v_type;
+  uint64_t seed = 0;
+};
+
+std::string format_stats(const GenerationResult& result, const LlamaModel& model, const RunDescription& run);
+nlohmann::json stats_to_json(const GenerationResult& result, const LlamaModel& model, const RunDescription& run);
+
+}  // namespace kvlm::cli

@@ -1,0 +1,90 @@
+// matmul throughput per weight type at llama-3.2-1b shapes: decode (1 token) and a 64-token
+// prefill, on 1 and 2 threads. Weights rotate through copies larger than the last-level
+// cache, so decode numbers are DRAM bandwidth as a real model sees it.
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/quantize.h"
+#include "core/thread_pool.h"
+#include "ops/matmul.h"
+
+namespace kvlm {
+namespace {
+
+constexpr int64_t kMinFootprintBytes = int64_t{256} << 20;
+
+// Enough copies of one random matrix that cycling through them misses every cache.
+struct ColdWeights {
+  std::unique_ptr<uint8_t[]> bytes;
+  std::vector<WeightMatrix> copies;
+
+  ColdWeights(GgmlType type, int64_t rows, int64_t cols) {
+    const uint64_t row_bytes = ggml_row_bytes(type, cols);
+    const uint64_t matrix_bytes = row_bytes * rows;
+    const int64_t num_copies = std::max<int64_t>(2, (kMinFootprintBytes + matrix_bytes - 1) / matrix_bytes);
+    bytes = std::make_unique<uint8_t[]>(matrix_bytes * num_copies);
+    std::mt19937 rng(42);
+    std::normal_distribution<float> normal(0.0f, 0.02f);
+    std::vector<float> src(cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (float& v : src) v = normal(rng);
+      quantize_row_reference(type, src.data(), bytes.get() + r * row_bytes, cols);
+    }
+    for (int64_t c = 0; c < num_copies; ++c) {
+      if (c > 0) std::memcpy(bytes.get() + c * matrix_bytes, bytes.get(), matrix_bytes);
+      copies.push_back(WeightMatrix{type, bytes.get() + c * matrix_bytes, rows, cols, row_bytes});
+    }
+  }
+};
+
+void bm_matmul(benchmark::State& state, GgmlType type, int64_t rows, int64_t cols, int64_t num_tokens,
+               int threads) {
+  const ColdWeights weights(type, rows, cols);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(num_tokens * cols);  // [num_tokens, cols]
+  for (float& v : x) v = normal(rng);
+  std::vector<float> y(num_tokens * rows);  // [num_tokens, rows]
+  ThreadPool pool(threads);
+  size_t next = 0;
+  for (auto _ : state) {
+    matmul(weights.copies[next], x.data(), y.data(), num_tokens, pool);
+    benchmark::DoNotOptimize(y.data());
+    next = (next + 1) % weights.copies.size();
+  }
+  const int64_t weight_bytes = static_cast<int64_t>(weights.copies[0].row_bytes) * rows;
+  state.SetBytesProcessed(state.iterations() * weight_bytes);
+  state.counters["GMAC/s"] = benchmark::Counter(static_cast<double>(state.iterations()) * rows * cols * num_tokens / 1e9,
+                                                benchmark::Counter::kIsRate);
+}
+
+const bool kRegistered = [] {
+  const GgmlType types[] = {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_0};
+  struct Shape {
+    int64_t rows, cols;
+  };
+  for (int64_t num_tokens : {1, 64}) {
+    for (Shape shape : {Shape{2048, 2048}, Shape{8192, 2048}}) {
+      for (GgmlType type : types) {
+        for (int threads : {1, 2}) {
+          const std::string name = fmt::format("matmul/{}/{}x{}/tokens:{}/threads:{}", ggml_type_name(type),
+                                               shape.rows, shape.cols, num_tokens, threads);
+          benchmark::RegisterBenchmark(name.c_str(), bm_matmul, type, shape.rows, shape.cols, num_tokens, threads)
+              ->Unit(benchmark::kMicrosecond)
+              ->UseRealTime();
+        }
+      }
+    }
+  }
+  return true;
+}();
+
+}  // namespace
+}  // namespace kvlm

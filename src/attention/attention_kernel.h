@@ -1,0 +1,61 @@
+// Internal to attention/: one attention task's description and the per-ISA kernel entry points.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kv/kv_layout.h"
+#include "kv/kv_type.h"
+
+namespace kvlm::attention_internal {
+
+// What every task of one paged_attention call shares.
+struct AttentionWork {
+  KvLayout layout;
+  const std::byte* k_arena = nullptr;  // [num_blocks, k_block_bytes]
+  const std::byte* v_arena = nullptr;  // [num_blocks, v_block_bytes]
+  size_t k_block_bytes = 0;
+  size_t v_block_bytes = 0;
+  const int32_t* block_table = nullptr;  // [>= ceil(num_context_tokens / block_size)]
+  int num_context_tokens = 0;
+  int num_queries = 0;
+  int num_heads = 0;
+  int group_size = 0;        // query heads per kv head
+  const float* q = nullptr;  // [num_queries, num_heads, head_dim]
+  float scale = 0.0f;
+};
+
+// One task: the query heads of one kv head, for queries [query_begin, query_end),
+// over cache tokens [token_begin, token_end) (further limited per query by causality).
+// Its rows are (query, head of the group) in query-major order.
+// A task covering the whole visible context writes the normalized result to `out`;
+// a task over one chunk writes its unnormalized partial state instead (row max,
+// exp-sum, exp-weighted sum of V), which the merge step combines.
+struct AttentionTask {
+  int kv_head = 0;
+  int query_begin = 0;
+  int query_end = 0;
+  int token_begin = 0;
+  int token_end = 0;
+  float* out = nullptr;          // [num_queries, num_heads, head_dim], or nullptr when partial
+  float* partial_max = nullptr;  // [num_queries, num_heads]  (this chunk's slice)
+  float* partial_sum = nullptr;  // [num_queries, num_heads]
+  float* partial_acc = nullptr;  // [num_queries, num_heads, head_dim]
+  // Caller-owned working memory of task_scratch_floats(rows, head_dim) floats,
+  // so that the ISA-specific kernels allocate nothing.
+  float* scratch = nullptr;
+};
+
+inline size_t task_scratch_floats(int num_rows, int head_dim) {
+  return 2 * static_cast<size_t>(num_rows) * static_cast<size_t>(head_dim) + 2 * static_cast<size_t>(num_rows);
+}
+
+using AttentionKernelFn = void (*)(const AttentionWork& work, const AttentionTask& task);
+
+// Kernels for one (K type, V type) pair; the SIMD ones need head_dim % 8 (avx2)
+// or % 16 (avx512) == 0 and the matching CPU features.
+AttentionKernelFn attention_kernel_portable(KvType k_type, KvType v_type);
+AttentionKernelFn attention_kernel_avx2(KvType k_type, KvType v_type);
+AttentionKernelFn attention_kernel_avx512(KvType k_type, KvType v_type);
+
+}  // namespace kvlm::attention_internal

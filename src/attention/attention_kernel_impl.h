@@ -1,0 +1,239 @@
+// Internal to attention/: the body of one attention task, templated on SIMD ops and K/V loaders.
+#pragma once
+
+// Included by exactly one .cc per instruction set (portable, avx2, avx512), each
+// compiled with its own ISA flags. Everything here has internal linkage and calls
+// no out-of-line library code, so the linker can never hand a portable caller a
+// copy compiled for a wider ISA.
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "attention/attention_kernel.h"
+#include "kv/kv_layout.h"
+#include "kv/kv_type.h"
+
+namespace kvlm::attention_internal {
+namespace {
+
+inline constexpr int kTileTokens = 32;   // tokens whose scores are held at once
+inline constexpr int kMaxRowBlock = 8;   // (query, head) rows sharing one pass over a K/V tile
+inline constexpr float kNegInf = -__builtin_inff();
+
+inline int min_int(int a, int b) { return a < b ? a : b; }
+inline int max_int(int a, int b) { return a > b ? a : b; }
+
+// Row addressing shared by the plain codecs (kv_codec.h): a block is
+// [num_kv_heads, block_size, head_dim] elements. A loader for another codec
+// provides its own Row (pointer plus, e.g., scale and min) and row().
+template <typename Elem>
+struct PlainRows {
+  using Row = const Elem*;
+  static Row row(const std::byte* block, const KvLayout& layout, int kv_head, int slot) {
+    // Same formula as plain_row_index() in kv_codec.h, written out so that no
+    // external inline function is compiled with this file's ISA flags.
+    const size_t row = static_cast<size_t>(kv_head) * static_cast<size_t>(layout.block_size) + static_cast<size_t>(slot);
+    return reinterpret_cast<const Elem*>(block) + row * static_cast<size_t>(layout.head_dim);
+  }
+};
+
+// The ops type V provides: Reg, kWidth (dividing head_dim and kTileTokens),
+// zero, load, store, set1, fma(a, b, c) = a*b + c, add, mul, max, reduce_add,
+// reduce_max, and exp (0 for -inf and for arguments below about -87).
+// The loaders provide Row, row(block, layout, kv_head, slot) and
+// load(row, d) -> Reg holding elements [d, d + kWidth) of the row as f32.
+template <class V, class KL, class VL>
+struct AttentionKernel {
+  using Reg = typename V::Reg;
+  static constexpr int W = V::kWidth;
+  static_assert(kTileTokens % W == 0);
+
+  // s[r, t] = q[r] · k[t] for NR rows and n tokens; each K row is loaded once for all NR rows.
+  template <int NR>
+  static void qk(const float* q /*[NR, D]*/, const typename KL::Row* krows, int n, int D,
+                 float* s /*[NR, kTileTokens]*/) {
+    for (int t = 0; t < n; ++t) {
+      Reg acc[NR];
+      for (int r = 0; r < NR; ++r) acc[r] = V::zero();
+      const typename KL::Row row = krows[t];
+      for (int d = 0; d < D; d += W) {
+        const Reg k = KL::load(row, d);
+        for (int r = 0; r < NR; ++r) acc[r] = V::fma(V::load(q + r * D + d), k, acc[r]);
+      }
+      for (int r = 0; r < NR; ++r) s[r * kTileTokens + t] = V::reduce_add(acc[r]);
+    }
+  }
+
+  // acc[r] += sum_t p[r, t] v[t] for NR rows; each V element is loaded once for all NR rows.
+  template <int NR>
+  static void pv(const float* p /*[NR, kTileTokens]*/, const typename VL::Row* vrows, int n, int D,
+                 float* acc /*[NR, D]*/) {
+    for (int d = 0; d < D; d += W) {
+      Reg o[NR];
+      for (int r = 0; r < NR; ++r) o[r] = V::load(acc + r * D + d);
+      for (int t = 0; t < n; ++t) {
+        const Reg v = VL::load(vrows[t], d);
+        for (int r = 0; r < NR; ++r) o[r] = V::fma(V::set1(p[r * kTileTokens + t]), v, o[r]);
+      }
+      for (int r = 0; r < NR; ++r) V::store(acc + r * D + d, o[r]);
+    }
+  }
+
+  template <class F>
+  static void with_rows(int nr, F&& f) {
+    switch (nr) {
+      case 1: f(std::integral_constant<int, 1>{}); break;
+      case 2: f(std::integral_constant<int, 2>{}); break;
+      case 3: f(std::integral_constant<int, 3>{}); break;
+      case 4: f(std::integral_constant<int, 4>{}); break;
+      case 5: f(std::integral_constant<int, 5>{}); break;
+      case 6: f(std::integral_constant<int, 6>{}); break;
+      case 7: f(std::integral_constant<int, 7>{}); break;
+      default: f(std::integral_constant<int, 8>{}); break;
+    }
+  }
+
+  // Online softmax over one tile for one row: turns the row's scores into
+  // weights p (in place) relative to the updated running max, and rescales the
+  // running sum and accumulator when the max grows.
+  static void softmax_update(float* s /*[kTileTokens]*/, int num_valid, float& m, float& l, float* acc /*[D]*/,
+                             int D) {
+    if (num_valid <= 0) {  // nothing visible to this row here: zero weights
+      for (int t = 0; t < kTileTokens; t += W) V::store(s + t, V::zero());
+      return;
+    }
+    for (int t = num_valid; t < kTileTokens; ++t) s[t] = kNegInf;
+    Reg vmax = V::load(s);
+    for (int t = W; t < kTileTokens; t += W) vmax = V::max(vmax, V::load(s + t));
+    const float tile_max = V::reduce_max(vmax);
+    const float m_new = m > tile_max ? m : tile_max;
+    const Reg neg_m = V::set1(-m_new);
+    Reg vsum = V::zero();
+    for (int t = 0; t < kTileTokens; t += W) {
+      const Reg p = V::exp(V::add(V::load(s + t), neg_m));
+      V::store(s + t, p);
+      vsum = V::add(vsum, p);
+    }
+    const float tile_sum = V::reduce_add(vsum);
+    if (m_new > m) {  // the running max grew: earlier terms shrink by exp(m - m_new)
+      const float alpha = scalar_exp(m - m_new);
+      l *= alpha;
+      const Reg valpha = V::set1(alpha);
+      for (int d = 0; d < D; d += W) V::store(acc + d, V::mul(V::load(acc + d), valpha));
+      m = m_new;
+    }
+    l += tile_sum;
+  }
+
+  // exp of one value through the vector exp, so every path rounds the same way.
+  static float scalar_exp(float x) {
+    alignas(64) float buf[W];
+    V::store(buf, V::exp(V::set1(x)));
+    return buf[0];
+  }
+
+  static void run(const AttentionWork& w, const AttentionTask& task) {
+    const int D = w.layout.head_dim;
+    const int G = w.group_size;
+    const int bs = w.layout.block_size;
+    const int H = w.num_heads;
+    const int num_rows = (task.query_end - task.query_begin) * G;
+    // The first query that is a cache token: queries are the last num_queries tokens.
+    const int first_query_pos = w.num_context_tokens - w.num_queries;
+
+    float* qs = task.scratch;                                          // [num_rows, D], pre-scaled
+    float* acc = qs + static_cast<size_t>(num_rows) * D;               // [num_rows, D]
+    float* m = acc + static_cast<size_t>(num_rows) * D;                // [num_rows]
+    float* l = m + num_rows;                                           // [num_rows]
+    for (int r = 0; r < num_rows; ++r) {
+      const int qi = task.query_begin + r / G;
+      const int head = task.kv_head * G + r % G;
+      const float* src = w.q + (static_cast<size_t>(qi) * H + head) * D;
+      for (int d = 0; d < D; ++d) qs[static_cast<size_t>(r) * D + d] = src[d] * w.scale;
+      for (int d = 0; d < D; ++d) acc[static_cast<size_t>(r) * D + d] = 0.0f;
+      m[r] = kNegInf;
+      l[r] = 0.0f;
+    }
+    // Tokens row r may see: [token_begin, row_end(r)); rows are in query order, so
+    // row_end never decreases with r.
+    auto row_end = [&](int r) {
+      return min_int(task.token_end, first_query_pos + task.query_begin + r / G + 1);
+    };
+    const int end = row_end(num_rows - 1);
+
+    alignas(64) float s[kMaxRowBlock * kTileTokens];  // scores, then weights
+    typename KL::Row krows[kTileTokens];
+    typename VL::Row vrows[kTileTokens];
+    for (int t0 = task.token_begin; t0 < end; t0 += kTileTokens) {
+      const int t1 = min_int(t0 + kTileTokens, end);
+      // A tile may span blocks: address each token's rows through the block table.
+      int block_idx = t0 / bs;
+      int slot = t0 % bs;
+      for (int t = t0; t < t1; ++t) {
+        const size_t block = static_cast<size_t>(w.block_table[block_idx]);
+        krows[t - t0] = KL::row(w.k_arena + block * w.k_block_bytes, w.layout, task.kv_head, slot);
+        vrows[t - t0] = VL::row(w.v_arena + block * w.v_block_bytes, w.layout, task.kv_head, slot);
+        if (++slot == bs) {
+          slot = 0;
+          ++block_idx;
+        }
+      }
+      for (int r0 = 0; r0 < num_rows; r0 += kMaxRowBlock) {
+        const int nr = min_int(kMaxRowBlock, num_rows - r0);
+        const int n = min_int(t1, row_end(r0 + nr - 1)) - t0;  // tokens the block's last row sees
+        if (n <= 0) continue;
+        const float* q_block = qs + static_cast<size_t>(r0) * D;
+        float* acc_block = acc + static_cast<size_t>(r0) * D;
+        with_rows(nr, [&](auto rows) { qk<rows()>(q_block, krows, n, D, s); });
+        for (int i = 0; i < nr; ++i) {
+          const int num_valid = max_int(0, min_int(n, row_end(r0 + i) - t0));
+          softmax_update(s + i * kTileTokens, num_valid, m[r0 + i], l[r0 + i], acc_block + static_cast<size_t>(i) * D,
+                         D);
+        }
+        with_rows(nr, [&](auto rows) { pv<rows()>(s, vrows, n, D, acc_block); });
+      }
+    }
+
+    for (int r = 0; r < num_rows; ++r) {
+      const int qi = task.query_begin + r / G;
+      const size_t row = static_cast<size_t>(qi) * H + static_cast<size_t>(task.kv_head * G + r % G);
+      const float* a = acc + static_cast<size_t>(r) * D;
+      if (task.out != nullptr) {
+        // Every query sees at least cache token 0, so l > 0 when the task covers the whole context.
+        const float inv = 1.0f / l[r];
+        float* o = task.out + row * D;
+        for (int d = 0; d < D; ++d) o[d] = a[d] * inv;
+      } else {
+        task.partial_max[row] = m[r];
+        task.partial_sum[row] = l[r];
+        float* o = task.partial_acc + row * D;
+        for (int d = 0; d < D; ++d) o[d] = a[d];
+      }
+    }
+  }
+};
+
+// The kernel for one (K type, V type) pair, given the loaders of each plain codec.
+template <class V, class F32L, class F16L>
+AttentionKernelFn select_kernel(KvType k_type, KvType v_type) {
+  auto with_v = [&]<class KL>() -> AttentionKernelFn {
+    switch (v_type) {
+      case KvType::kF32:
+        return &AttentionKernel<V, KL, F32L>::run;
+      case KvType::kF16:
+        return &AttentionKernel<V, KL, F16L>::run;
+    }
+    return nullptr;
+  };
+  switch (k_type) {
+    case KvType::kF32:
+      return with_v.template operator()<F32L>();
+    case KvType::kF16:
+      return with_v.template operator()<F16L>();
+  }
+  return nullptr;
+}
+
+}  // namespace
+}  // namespace kvlm::attention_internal

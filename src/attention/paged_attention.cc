@@ -1,0 +1,219 @@
+#include "attention/paged_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "attention/attention_kernel.h"
+#include "core/check.h"
+#include "core/cpu_features.h"
+
+namespace kvlm {
+namespace {
+
+using attention_internal::AttentionKernelFn;
+using attention_internal::AttentionTask;
+using attention_internal::AttentionWork;
+
+// (query, head) rows one task processes: enough to reuse each K/V tile many
+// times from L1 during prefill, few enough to leave many tasks.
+constexpr int kTargetRowsPerTask = 32;
+// Below this many (kv head, query tile) tasks, the context is split into chunks
+// (flash-decoding) so that all threads have work during decode.
+constexpr int kMinTasks = 16;
+// A chunk shorter than this costs more to merge than it gains.
+constexpr int kMinChunkTokens = 256;
+// Chunk starts are aligned to the kernels' token tile.
+constexpr int kChunkAlign = 32;
+
+int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+void check_args(const PagedAttentionArgs& a) {
+  KVLM_CHECK(a.storage != nullptr, "paged_attention: no storage");
+  const KvLayout& layout = a.storage->layout();
+  KVLM_CHECK(a.layer >= 0 && a.layer < layout.num_layers, "paged_attention: layer {} out of range [0, {})", a.layer,
+             layout.num_layers);
+  KVLM_CHECK(a.num_queries >= 1, "paged_attention: num_queries {} < 1", a.num_queries);
+  KVLM_CHECK(a.num_context_tokens >= a.num_queries,
+             "paged_attention: {} context tokens cannot include {} queries (queries are the last context tokens)",
+             a.num_context_tokens, a.num_queries);
+  KVLM_CHECK(a.num_heads >= 1 && a.num_heads % layout.num_kv_heads == 0,
+             "paged_attention: num_heads {} is not a multiple of num_kv_heads {}", a.num_heads, layout.num_kv_heads);
+  KVLM_CHECK(a.q != nullptr && a.out != nullptr, "paged_attention: null q or out");
+  const int needed_blocks = ceil_div(a.num_context_tokens, layout.block_size);
+  KVLM_CHECK(a.block_table != nullptr && a.num_table_blocks >= needed_blocks,
+             "paged_attention: {} context tokens need {} blocks of {}, the table has {}", a.num_context_tokens,
+             needed_blocks, layout.block_size, a.num_table_blocks);
+  for (int i = 0; i < needed_blocks; ++i) {
+    KVLM_CHECK(a.block_table[i] >= 0 && a.block_table[i] < a.storage->num_blocks(),
+               "paged_attention: block_table[{}] = {} outside the storage's {} blocks", i, a.block_table[i],
+               a.storage->num_blocks());
+  }
+}
+
+AttentionKernelFn select_kernel(AttentionIsa isa, KvType k_type, KvType v_type) {
+  switch (isa) {
+    case AttentionIsa::kAvx512:
+      return attention_internal::attention_kernel_avx512(k_type, v_type);
+    case AttentionIsa::kAvx2:
+      return attention_internal::attention_kernel_avx2(k_type, v_type);
+    case AttentionIsa::kPortable:
+    case AttentionIsa::kAuto:
+      break;
+  }
+  return attention_internal::attention_kernel_portable(k_type, v_type);
+}
+
+// Combines the chunks' partial states of rows [begin, end) into normalized outputs:
+// out = sum_c exp(m_c - M) acc_c / sum_c exp(m_c - M) l_c, with M the largest m_c.
+void merge_chunks(int num_chunks, size_t num_rows, int head_dim, const float* partial_max, const float* partial_sum,
+                  const float* partial_acc, size_t begin, size_t end, float* out) {
+  const size_t D = static_cast<size_t>(head_dim);
+  for (size_t row = begin; row < end; ++row) {
+    float max_all = -std::numeric_limits<float>::infinity();
+    for (int c = 0; c < num_chunks; ++c) {
+      const size_t i = static_cast<size_t>(c) * num_rows + row;
+      if (partial_sum[i] > 0.0f) max_all = std::max(max_all, partial_max[i]);
+    }
+    float* o = out + row * D;
+    std::fill(o, o + D, 0.0f);
+    float sum = 0.0f;
+    for (int c = 0; c < num_chunks; ++c) {
+      const size_t i = static_cast<size_t>(c) * num_rows + row;
+      if (partial_sum[i] <= 0.0f) continue;  // the row saw no token of this chunk
+      const float w = std::exp(partial_max[i] - max_all);
+      sum += w * partial_sum[i];
+      const float* a = partial_acc + i * D;
+      for (size_t d = 0; d < D; ++d) o[d] += w * a[d];
+    }
+    const float inv = 1.0f / sum;
+    for (size_t d = 0; d < D; ++d) o[d] *= inv;
+  }
+}
+
+}  // namespace
+
+const char* attention_isa_name(AttentionIsa isa) {
+  switch (isa) {
+    case AttentionIsa::kAuto:
+      return "auto";
+    case AttentionIsa::kPortable:
+      return "portable";
+    case AttentionIsa::kAvx2:
+      return "avx2";
+    case AttentionIsa::kAvx512:
+      return "avx512";
+  }
+  return "?";
+}
+
+AttentionIsa resolve_attention_isa(AttentionIsa isa, int head_dim) {
+  const CpuFeatures& cpu = cpu_features();
+  const bool avx2 = cpu.avx2 && cpu.fma && cpu.f16c && head_dim % 8 == 0;
+  // The avx512 file is compiled with f, bw, vl (and dq, which core does not detect;
+  // every CPU with bw and vl has it) and uses F intrinsics only.
+  const bool avx512 = avx2 && cpu.avx512f && cpu.avx512bw && cpu.avx512vl && head_dim % 16 == 0;
+  switch (isa) {
+    case AttentionIsa::kAuto:
+      return avx512 ? AttentionIsa::kAvx512 : avx2 ? AttentionIsa::kAvx2 : AttentionIsa::kPortable;
+    case AttentionIsa::kAvx512:
+      return avx512 ? AttentionIsa::kAvx512 : AttentionIsa::kPortable;
+    case AttentionIsa::kAvx2:
+      return avx2 ? AttentionIsa::kAvx2 : AttentionIsa::kPortable;
+    case AttentionIsa::kPortable:
+      break;
+  }
+  return AttentionIsa::kPortable;
+}
+
+void paged_attention(const PagedAttentionArgs& args, ThreadPool& pool, AttentionIsa isa) {
+  check_args(args);
+  const KvStorage& storage = *args.storage;
+  const KvLayout& layout = storage.layout();
+
+  AttentionWork work;
+  work.layout = layout;
+  work.k_arena = storage.k_arena(args.layer);
+  work.v_arena = storage.v_arena(args.layer);
+  work.k_block_bytes = storage.k_block_bytes();
+  work.v_block_bytes = storage.v_block_bytes();
+  work.block_table = args.block_table;
+  work.num_context_tokens = args.num_context_tokens;
+  work.num_queries = args.num_queries;
+  work.num_heads = args.num_heads;
+  work.group_size = args.num_heads / layout.num_kv_heads;
+  work.q = args.q;
+  work.scale = args.scale;
+  const AttentionKernelFn kernel =
+      select_kernel(resolve_attention_isa(isa, layout.head_dim), storage.k_type(), storage.v_type());
+  KVLM_CHECK(kernel != nullptr, "no attention kernel for K {} / V {}", kv_type_name(storage.k_type()),
+             kv_type_name(storage.v_type()));
+
+  // The split depends on shapes only, so every thread count computes the same sums.
+  const int G = work.group_size;
+  const int query_tile = std::max(1, kTargetRowsPerTask / G);
+  const int num_query_tiles = ceil_div(args.num_queries, query_tile);
+  const int base_tasks = layout.num_kv_heads * num_query_tiles;
+  int num_chunks = 1;
+  if (base_tasks < kMinTasks) {
+    num_chunks = std::min(ceil_div(kMinTasks, base_tasks), ceil_div(args.num_context_tokens, kMinChunkTokens));
+    num_chunks = std::max(1, num_chunks);
+  }
+  const int first_query_pos = args.num_context_tokens - args.num_queries;
+  const int rows_per_task = query_tile * G;
+  const size_t scratch_floats = attention_internal::task_scratch_floats(rows_per_task, layout.head_dim);
+
+  // Partial states of all chunks: [num_chunks, num_queries, num_heads] (+ head_dim for acc).
+  const size_t num_rows = static_cast<size_t>(args.num_queries) * static_cast<size_t>(args.num_heads);
+  thread_local std::vector<float> partials;
+  float* partial_max = nullptr;
+  float* partial_sum = nullptr;
+  float* partial_acc = nullptr;
+  if (num_chunks > 1) {
+    const size_t chunk_rows = static_cast<size_t>(num_chunks) * num_rows;
+    partials.resize(chunk_rows * (2 + static_cast<size_t>(layout.head_dim)));
+    partial_max = partials.data();
+    partial_sum = partial_max + chunk_rows;
+    partial_acc = partial_sum + chunk_rows;
+  }
+
+  // Task order: kv head, query tile, chunk.
+  const int64_t num_tasks = static_cast<int64_t>(base_tasks) * num_chunks;
+  pool.run(num_tasks, [&](int64_t task_idx) {
+    const int chunk = static_cast<int>(task_idx % num_chunks);
+    const int tile = static_cast<int>((task_idx / num_chunks) % num_query_tiles);
+    const int kv_head = static_cast<int>(task_idx / (static_cast<int64_t>(num_chunks) * num_query_tiles));
+    AttentionTask task;
+    task.kv_head = kv_head;
+    task.query_begin = tile * query_tile;
+    task.query_end = std::min(args.num_queries, task.query_begin + query_tile);
+    const int visible_end = first_query_pos + task.query_end;  // tokens the tile's last query sees
+    if (num_chunks == 1) {
+      task.token_begin = 0;
+      task.token_end = visible_end;
+      task.out = args.out;
+    } else {
+      const int chunk_len = ceil_div(ceil_div(visible_end, num_chunks), kChunkAlign) * kChunkAlign;
+      task.token_begin = std::min(visible_end, chunk * chunk_len);
+      task.token_end = std::min(visible_end, task.token_begin + chunk_len);
+      const size_t offset = static_cast<size_t>(chunk) * num_rows;
+      task.partial_max = partial_max + offset;
+      task.partial_sum = partial_sum + offset;
+      task.partial_acc = partial_acc + offset * static_cast<size_t>(layout.head_dim);
+    }
+    thread_local std::vector<float> scratch;
+    if (scratch.size() < scratch_floats) scratch.resize(scratch_floats);
+    task.scratch = scratch.data();
+    kernel(work, task);
+  });
+
+  if (num_chunks > 1) {
+    pool.parallel_for(static_cast<int64_t>(num_rows), 8, [&](int64_t begin, int64_t end) {
+      merge_chunks(num_chunks, num_rows, layout.head_dim, partial_max, partial_sum, partial_acc,
+                   static_cast<size_t>(begin), static_cast<size_t>(end), args.out);
+    });
+  }
+}
+
+}  // namespace kvlm

@@ -1,0 +1,51 @@
+// paged_attention: causal attention of new queries over a sequence's paged, encoded KV cache.
+#pragma once
+
+#include <cstdint>
+
+#include "core/thread_pool.h"
+#include "kv/kv_storage.h"
+
+namespace kvlm {
+
+// One sequence, one layer. The kernel sees integer tables only, never cache objects.
+struct PagedAttentionArgs {
+  const KvStorage* storage = nullptr;
+  int layer = 0;
+  const int32_t* block_table = nullptr;  // [num_table_blocks] block ids of the sequence in token order
+  int num_table_blocks = 0;
+  int num_context_tokens = 0;  // tokens in the cache visible to the LAST query (its own K/V included)
+  // The queries are the last num_queries tokens of the context: query i sees cache
+  // tokens [0, num_context_tokens - num_queries + i] (causal). 1 = decode, more = prefill.
+  int num_queries = 0;
+  int num_heads = 0;          // query heads; a multiple of num_kv_heads (MHA, GQA, MQA)
+  const float* q = nullptr;   // [num_queries, num_heads, head_dim]
+  float* out = nullptr;       // [num_queries, num_heads, head_dim]; must not alias q
+  float scale = 0.0f;         // usually 1/sqrt(head_dim)
+};
+
+// Which kernel family runs. kAuto takes the best the CPU supports (cpu_features())
+// for this head_dim; the others force one family, for tests and benchmarks, and
+// fall back to kPortable when the CPU or head_dim does not allow it.
+enum class AttentionIsa {
+  kAuto,
+  kPortable,  // any head_dim
+  kAvx2,      // head_dim % 8 == 0
+  kAvx512,    // head_dim % 16 == 0
+};
+
+// Query head h reads kv head h / (num_heads / num_kv_heads). K and V are read
+// straight from their blocks in the storage's encoding (decoded in registers),
+// each row once per group of query heads. Softmax is online, in f32.
+// Work is split across (kv head, query tile) and, when that gives too few
+// tasks, across chunks of the context (flash-decoding), merged at the end. The
+// split depends on the shapes only, never on the thread count, so results are
+// bitwise the same for any number of threads.
+// Arguments are checked (KVLM_CHECK): they come from the model, not the user.
+void paged_attention(const PagedAttentionArgs& args, ThreadPool& pool, AttentionIsa isa = AttentionIsa::kAuto);
+
+// The kernel family kAuto or `isa` resolves to for this head_dim on this CPU.
+AttentionIsa resolve_attention_isa(AttentionIsa isa, int head_dim);
+const char* attention_isa_name(AttentionIsa isa);
+
+}  // namespace kvlm

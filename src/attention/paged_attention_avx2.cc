@@ -1,0 +1,71 @@
+// AVX2 + FMA + F16C attention kernels: 8 lanes, head_dim % 8 == 0.
+#include <immintrin.h>
+
+#include "attention/attention_kernel.h"
+#include "attention/attention_kernel_impl.h"
+
+namespace kvlm::attention_internal {
+namespace {
+
+struct Avx2Ops {
+  using Reg = __m256;
+  static constexpr int kWidth = 8;
+  static Reg zero() { return _mm256_setzero_ps(); }
+  static Reg load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, Reg v) { _mm256_storeu_ps(p, v); }
+  static Reg set1(float x) { return _mm256_set1_ps(x); }
+  static Reg fma(Reg a, Reg b, Reg c) { return _mm256_fmadd_ps(a, b, c); }
+  static Reg add(Reg a, Reg b) { return _mm256_add_ps(a, b); }
+  static Reg mul(Reg a, Reg b) { return _mm256_mul_ps(a, b); }
+  static Reg max(Reg a, Reg b) { return _mm256_max_ps(a, b); }
+  static float reduce_add(Reg v) {
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_add_ss(x, _mm_movehdup_ps(x));
+    return _mm_cvtss_f32(x);
+  }
+  static float reduce_max(Reg v) {
+    __m128 x = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_max_ss(x, _mm_movehdup_ps(x));
+    return _mm_cvtss_f32(x);
+  }
+  // e^x as 2^n × e^r with |r| <= ln2/2 and a degree-6 polynomial for e^r
+  // (Cephes expf coefficients, about 1 ulp); 0 below -87.3, the f32 normal range.
+  static Reg exp(Reg x) {
+    const Reg lo = _mm256_set1_ps(-87.33654f);
+    const Reg xc = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.3762626647949f));
+    const Reg n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
+                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    Reg r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    Reg p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    const Reg y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    const Reg result = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+    return _mm256_and_ps(result, _mm256_cmp_ps(x, lo, _CMP_GE_OQ));
+  }
+};
+
+struct F32Avx2 : PlainRows<float> {
+  static __m256 load(Row row, int d) { return _mm256_loadu_ps(row + d); }
+};
+
+struct F16Avx2 : PlainRows<uint16_t> {
+  static __m256 load(Row row, int d) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + d)));
+  }
+};
+
+}  // namespace
+
+AttentionKernelFn attention_kernel_avx2(KvType k_type, KvType v_type) {
+  return select_kernel<Avx2Ops, F32Avx2, F16Avx2>(k_type, v_type);
+}
+
+}  // namespace kvlm::attention_internal

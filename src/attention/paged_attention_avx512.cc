@@ -1,0 +1,77 @@
+// AVX-512 attention kernels: 16 lanes, head_dim % 16 == 0.
+// GCC 12 reports its own _mm512_undefined_* helpers (self-initialised on purpose)
+// as maybe-uninitialized once they are inlined into our loops; nothing of ours is.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <immintrin.h>
+
+#include "attention/attention_kernel.h"
+#include "attention/attention_kernel_impl.h"
+
+namespace kvlm::attention_internal {
+namespace {
+
+// Upper 8 lanes, with AVX512F only (extractf32x8 would need DQ).
+inline __m256 upper_half(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
+
+struct Avx512Ops {
+  using Reg = __m512;
+  static constexpr int kWidth = 16;
+  static Reg zero() { return _mm512_setzero_ps(); }
+  static Reg load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, Reg v) { _mm512_storeu_ps(p, v); }
+  static Reg set1(float x) { return _mm512_set1_ps(x); }
+  static Reg fma(Reg a, Reg b, Reg c) { return _mm512_fmadd_ps(a, b, c); }
+  static Reg add(Reg a, Reg b) { return _mm512_add_ps(a, b); }
+  static Reg mul(Reg a, Reg b) { return _mm512_mul_ps(a, b); }
+  static Reg max(Reg a, Reg b) { return _mm512_max_ps(a, b); }
+  static float reduce_add(Reg v) {
+    __m256 y = _mm256_add_ps(_mm512_castps512_ps256(v), upper_half(v));
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(y), _mm256_extractf128_ps(y, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_add_ss(x, _mm_movehdup_ps(x));
+    return _mm_cvtss_f32(x);
+  }
+  static float reduce_max(Reg v) {
+    __m256 y = _mm256_max_ps(_mm512_castps512_ps256(v), upper_half(v));
+    __m128 x = _mm_max_ps(_mm256_castps256_ps128(y), _mm256_extractf128_ps(y, 1));
+    x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_max_ss(x, _mm_movehdup_ps(x));
+    return _mm_cvtss_f32(x);
+  }
+  // Same method and constants as the AVX2 exp; scalef applies 2^n.
+  static Reg exp(Reg x) {
+    const Reg lo = _mm512_set1_ps(-87.33654f);
+    const Reg xc = _mm512_min_ps(_mm512_max_ps(x, lo), _mm512_set1_ps(88.3762626647949f));
+    const Reg n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    Reg r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    Reg p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    const Reg y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ), _mm512_scalef_ps(y, n));
+  }
+};
+
+struct F32Avx512 : PlainRows<float> {
+  static __m512 load(Row row, int d) { return _mm512_loadu_ps(row + d); }
+};
+
+struct F16Avx512 : PlainRows<uint16_t> {
+  static __m512 load(Row row, int d) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + d)));
+  }
+};
+
+}  // namespace
+
+AttentionKernelFn attention_kernel_avx512(KvType k_type, KvType v_type) {
+  return select_kernel<Avx512Ops, F32Avx512, F16Avx512>(k_type, v_type);
+}
+
+}  // namespace kvlm::attention_internal

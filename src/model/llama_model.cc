@@ -1,0 +1,146 @@
+#include "model/llama_model.h"
+
+#include <cmath>
+
+#include "attention/paged_attention.h"
+#include "core/check.h"
+#include "gguf/gguf_file.h"
+#include "kv/kv_storage.h"
+#include "model/tokenizer_gguf.h"
+#include "ops/elementwise.h"
+
+namespace kvlm {
+namespace {
+
+void add_bias(float* x, const std::vector<float>& bias, int64_t num_tokens) {
+  if (bias.empty()) return;
+  const size_t n = bias.size();
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    for (size_t i = 0; i < n; ++i) x[t * n + i] += bias[i];
+  }
+}
+
+void add_into(float* x, const float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+}  // namespace
+
+LlamaModel::~LlamaModel() = default;
+
+Result<std::unique_ptr<LlamaModel>> LlamaModel::load(const std::string& path) {
+  std::unique_ptr<LlamaModel> model(new LlamaModel());
+  KVLM_ASSIGN_OR_RETURN(model->file_, GgufFile::open(path));
+  KVLM_ASSIGN_OR_RETURN(model->config_, ModelConfig::from_gguf(*model->file_));
+  KVLM_ASSIGN_OR_RETURN(model->weights_, LlamaWeights::bind(*model->file_, model->config_));
+  KVLM_ASSIGN_OR_RETURN(TokenizerVocab vocab, load_tokenizer_vocab(*model->file_));
+  if (static_cast<int>(vocab.tokens.size()) != model->config_.vocab_size) {
+    return Status::errorf("{}: tokenizer has {} tokens but the embedding has {} rows", path, vocab.tokens.size(),
+                          model->config_.vocab_size);
+  }
+  auto tokenizer = Tokenizer::create(std::move(vocab));
+  if (!tokenizer.ok()) return tokenizer.status().with_context(path);
+  model->tokenizer_ = std::move(tokenizer).value();
+  return model;
+}
+
+void LlamaModel::forward(const SequenceStep& step, KvStorage& cache, ThreadPool& pool, std::vector<float>& logits) {
+  const ModelConfig& c = config_;
+  const int64_t n = static_cast<int64_t>(step.tokens.size());
+  KVLM_CHECK(n > 0, "forward needs at least one token");
+  const KvLayout& layout = cache.layout();
+  KVLM_CHECK(layout.num_layers == c.num_layers && layout.num_kv_heads == c.num_kv_heads &&
+                 layout.head_dim == c.head_dim,
+             "cache layout {}x{}x{} does not match the model {}x{}x{}", layout.num_layers, layout.num_kv_heads,
+             layout.head_dim, c.num_layers, c.num_kv_heads, c.head_dim);
+  const int64_t num_context = step.num_cached_tokens + n;
+  const int block_size = layout.block_size;
+  KVLM_CHECK(static_cast<int64_t>(step.block_table.size()) * block_size >= num_context,
+             "block table of {} blocks cannot hold {} tokens", step.block_table.size(), num_context);
+
+  x_.resize(static_cast<size_t>(n * c.dim));
+  xn_.resize(x_.size());
+  proj_.resize(x_.size());
+  q_.resize(static_cast<size_t>(n * c.q_dim()));
+  att_.resize(q_.size());
+  k_.resize(static_cast<size_t>(n * c.kv_dim()));
+  v_.resize(k_.size());
+  gate_.resize(static_cast<size_t>(n * c.ffn_dim));
+  up_.resize(gate_.size());
+
+  for (int64_t t = 0; t < n; ++t) {
+    const TokenId id = step.tokens[static_cast<size_t>(t)];
+    KVLM_CHECK(id >= 0 && id < c.vocab_size, "token id {} outside the vocabulary of {}", id, c.vocab_size);
+    dequantize_weight_row(weights_.token_embd, id, &x_[static_cast<size_t>(t * c.dim)]);
+  }
+
+  auto rms_norm_rows = [&](const std::vector<float>& weight) {
+    pool.parallel_for(n, 16, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        rms_norm(&x_[static_cast<size_t>(t * c.dim)], weight.data(), &xn_[static_cast<size_t>(t * c.dim)], c.dim,
+                 c.rms_eps);
+      }
+    });
+  };
+
+  for (int l = 0; l < c.num_layers; ++l) {
+    const LlamaLayerWeights& w = weights_.layers[static_cast<size_t>(l)];
+    rms_norm_rows(w.attn_norm);
+    matmul(w.wq, xn_.data(), q_.data(), n, pool);
+    matmul(w.wk, xn_.data(), k_.data(), n, pool);
+    matmul(w.wv, xn_.data(), v_.data(), n, pool);
+    add_bias(q_.data(), w.bq, n);
+    add_bias(k_.data(), w.bk, n);
+    add_bias(v_.data(), w.bv, n);
+
+    // Keys are stored already rotated with their position, so cached keys never need work again.
+    pool.parallel_for(n, 8, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        const Position pos = static_cast<Position>(step.num_cached_tokens + t);
+        rope_apply(c.rope, &q_[static_cast<size_t>(t * c.q_dim())], c.num_heads, pos);
+        rope_apply(c.rope, &k_[static_cast<size_t>(t * c.kv_dim())], c.num_kv_heads, pos);
+      }
+    });
+    for (int64_t t = 0; t < n; ++t) {
+      const int64_t token_idx = step.num_cached_tokens + t;
+      const BlockId block(step.block_table[static_cast<size_t>(token_idx / block_size)]);
+      cache.write_token(l, block, static_cast<int>(token_idx % block_size), &k_[static_cast<size_t>(t * c.kv_dim())],
+                        &v_[static_cast<size_t>(t * c.kv_dim())]);
+    }
+
+    PagedAttentionArgs args;
+    args.storage = &cache;
+    args.layer = l;
+    args.block_table = step.block_table.data();
+    args.num_table_blocks = static_cast<int>(step.block_table.size());
+    args.num_context_tokens = static_cast<int>(num_context);
+    args.num_queries = static_cast<int>(n);
+    args.num_heads = c.num_heads;
+    args.q = q_.data();
+    args.out = att_.data();
+    args.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    paged_attention(args, pool);
+
+    matmul(w.wo, att_.data(), proj_.data(), n, pool);
+    add_into(x_.data(), proj_.data(), n * c.dim);
+
+    rms_norm_rows(w.ffn_norm);
+    matmul(w.w_gate, xn_.data(), gate_.data(), n, pool);
+    matmul(w.w_up, xn_.data(), up_.data(), n, pool);
+    silu_mul(gate_.data(), up_.data(), gate_.data(), n * c.ffn_dim);
+    matmul(w.w_down, gate_.data(), proj_.data(), n, pool);
+    add_into(x_.data(), proj_.data(), n * c.dim);
+  }
+  kv_projections_computed_ += static_cast<uint64_t>(n);
+
+  const int64_t first_row = step.logits_rows == LogitsRows::kLast ? n - 1 : 0;
+  const int64_t num_rows = n - first_row;
+  for (int64_t t = first_row; t < n; ++t) {
+    rms_norm(&x_[static_cast<size_t>(t * c.dim)], weights_.output_norm.data(),
+             &xn_[static_cast<size_t>((t - first_row) * c.dim)], c.dim, c.rms_eps);
+  }
+  logits.resize(static_cast<size_t>(num_rows * c.vocab_size));
+  matmul(weights_.output, xn_.data(), logits.data(), num_rows, pool);
+}
+
+}  // namespace kvlm

@@ -1,0 +1,75 @@
+// LlamaModel: a loaded llama-family model (config, weights, tokenizer) and its cached forward pass.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/ids.h"
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "model/llama_weights.h"
+#include "model/model_config.h"
+#include "model/tokenizer.h"
+
+namespace kvlm {
+
+class GgufFile;
+class KvStorage;
+
+// Which rows of logits a forward pass produces.
+enum class LogitsRows {
+  kLast,  // only the last new token's: [1, vocab]
+  kAll,   // every new token's: [num_tokens, vocab]
+};
+
+// One forward step of one sequence: new tokens appended after the tokens already cached.
+struct SequenceStep {
+  std::span<const TokenId> tokens;      // [num_new]; token i sits at position num_cached_tokens + i
+  int num_cached_tokens = 0;            // tokens already in this sequence's cache
+  std::span<const int32_t> block_table; // must already cover num_cached_tokens + num_new slots
+  LogitsRows logits_rows = LogitsRows::kLast;
+};
+
+class LlamaModel {
+ public:
+  // Maps the file, reads the config, binds the weights and builds the tokenizer.
+  static Result<std::unique_ptr<LlamaModel>> load(const std::string& path);
+  ~LlamaModel();
+
+  const ModelConfig& config() const { return config_; }
+  const LlamaWeights& weights() const { return weights_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const GgufFile& file() const { return *file_; }
+
+  // Runs the step: writes the new tokens' K/V into `cache` (layout must match the model) and
+  // returns their logits in `logits` ([rows, vocab], resized). Not thread-safe: one step at a time.
+  void forward(const SequenceStep& step, KvStorage& cache, ThreadPool& pool, std::vector<float>& logits);
+
+  // Count of K/V projections computed so far (one per token per forward): the cache's savings.
+  uint64_t kv_projections_computed() const { return kv_projections_computed_; }
+
+ private:
+  LlamaModel() = default;
+
+  std::unique_ptr<GgufFile> file_;
+  ModelConfig config_;
+  LlamaWeights weights_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  uint64_t kv_projections_computed_ = 0;
+
+  // Scratch reused across steps, sized for the largest step so far.
+  std::vector<float> x_;        // [n, dim] residual stream
+  std::vector<float> xn_;       // [n, dim] normalized
+  std::vector<float> q_;        // [n, q_dim]
+  std::vector<float> k_;        // [n, kv_dim]
+  std::vector<float> v_;        // [n, kv_dim]
+  std::vector<float> att_;      // [n, q_dim]
+  std::vector<float> proj_;     // [n, dim]
+  std::vector<float> gate_;     // [n, ffn_dim]
+  std::vector<float> up_;       // [n, ffn_dim]
+};
+
+}  // namespace kvlm

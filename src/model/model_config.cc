@@ -1,0 +1,120 @@
+#include "model/model_config.h"
+
+#include <array>
+#include <string_view>
+
+#include "gguf/gguf_file.h"
+#include "model/llama_gguf_names.h"
+
+namespace kvlm {
+namespace {
+
+namespace names = llama_names;
+
+// Architectures that share the llama block; qwen2 adds Q/K/V biases and NeoX-style RoPE.
+constexpr std::array<std::string_view, 3> kSupportedArchitectures = {"llama", "mistral", "qwen2"};
+
+// Reads a positive integer hyper-parameter "<arch>.<suffix>" bounded by `max`.
+Result<int> read_dimension(const GgufFile& file, const std::string& arch, const char* suffix, int64_t max) {
+  const std::string key = names::key(arch, suffix);
+  auto value = file.get_int(key);
+  if (!value.ok()) return value.status();
+  if (*value <= 0 || *value > max) {
+    return Status::errorf("{}: metadata '{}' = {} is out of range [1, {}]", file.name(), key, *value, max);
+  }
+  return static_cast<int>(*value);
+}
+
+}  // namespace
+
+std::string ModelConfig::attention_kind() const {
+  if (num_kv_heads == num_heads) return "MHA";
+  if (num_kv_heads == 1) return "MQA";
+  return "GQA";
+}
+
+Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& file) {
+  ModelConfig c;
+  KVLM_ASSIGN_OR_RETURN(c.architecture, file.get_string(names::kArchitecture));
+  bool supported = false;
+  for (std::string_view a : kSupportedArchitectures) supported |= (a == c.architecture);
+  if (!supported) {
+    return Status::errorf("{}: architecture '{}' is not supported (supported: llama, mistral, qwen2)", file.name(),
+                          c.architecture);
+  }
+  if (auto name = file.get_string(names::kName); name.ok()) c.name = *name;
+  const std::string& arch = c.architecture;
+
+  // Bounds keep later size arithmetic far from overflow while allowing every real model.
+  KVLM_ASSIGN_OR_RETURN(c.num_layers, read_dimension(file, arch, names::kBlockCount, 1024));
+  KVLM_ASSIGN_OR_RETURN(c.dim, read_dimension(file, arch, names::kEmbeddingLength, 1 << 16));
+  KVLM_ASSIGN_OR_RETURN(c.num_heads, read_dimension(file, arch, names::kHeadCount, 1024));
+  KVLM_ASSIGN_OR_RETURN(c.ffn_dim, read_dimension(file, arch, names::kFeedForwardLength, 1 << 20));
+  KVLM_ASSIGN_OR_RETURN(c.context_length, read_dimension(file, arch, names::kContextLength, 1 << 24));
+  if (file.find(names::key(arch, names::kHeadCountKv)) != nullptr) {
+    KVLM_ASSIGN_OR_RETURN(c.num_kv_heads, read_dimension(file, arch, names::kHeadCountKv, 1024));
+  } else {
+    c.num_kv_heads = c.num_heads;
+  }
+  if (c.num_heads % c.num_kv_heads != 0) {
+    return Status::errorf("{}: head_count {} is not a multiple of head_count_kv {}", file.name(), c.num_heads,
+                          c.num_kv_heads);
+  }
+  if (file.find(names::key(arch, names::kKeyLength)) != nullptr) {
+    KVLM_ASSIGN_OR_RETURN(c.head_dim, read_dimension(file, arch, names::kKeyLength, 1024));
+    if (file.find(names::key(arch, names::kValueLength)) != nullptr) {
+      KVLM_ASSIGN_OR_RETURN(int value_dim, read_dimension(file, arch, names::kValueLength, 1024));
+      if (value_dim != c.head_dim) {
+        return Status::errorf("{}: key_length {} != value_length {} is not supported", file.name(), c.head_dim,
+                              value_dim);
+      }
+    }
+  } else {
+    if (c.dim % c.num_heads != 0) {
+      return Status::errorf("{}: embedding_length {} is not a multiple of head_count {}", file.name(), c.dim,
+                            c.num_heads);
+    }
+    c.head_dim = c.dim / c.num_heads;
+  }
+  if (c.head_dim % 2 != 0) return Status::errorf("{}: head dimension {} must be even for RoPE", file.name(), c.head_dim);
+
+  if (auto eps = file.get_float(names::key(arch, names::kRmsEps)); eps.ok()) c.rms_eps = static_cast<float>(*eps);
+  c.rope.head_dim = c.head_dim;
+  c.rope.rotary_dim = c.head_dim;
+  if (file.find(names::key(arch, names::kRopeDimensionCount)) != nullptr) {
+    KVLM_ASSIGN_OR_RETURN(c.rope.rotary_dim, read_dimension(file, arch, names::kRopeDimensionCount, c.head_dim));
+    if (c.rope.rotary_dim % 2 != 0) return Status::errorf("{}: rope.dimension_count must be even", file.name());
+  }
+  if (auto base = file.get_float(names::key(arch, names::kRopeFreqBase)); base.ok()) {
+    if (!(*base > 0)) return Status::errorf("{}: rope.freq_base {} must be positive", file.name(), *base);
+    c.rope.freq_base = static_cast<float>(*base);
+  }
+  // Linear RoPE scaling divides positions by the factor.
+  float linear_factor = 1.0f;
+  if (auto type = file.get_string(names::key(arch, names::kRopeScalingType)); type.ok()) {
+    if (*type == "linear") {
+      KVLM_ASSIGN_OR_RETURN(double factor, file.get_float(names::key(arch, names::kRopeScalingFactor)));
+      linear_factor = static_cast<float>(factor);
+    } else if (*type != "none") {
+      return Status::errorf("{}: rope scaling type '{}' is not supported (none, linear)", file.name(), *type);
+    }
+  } else if (auto factor = file.get_float(names::key(arch, names::kRopeScaleLinear)); factor.ok()) {
+    linear_factor = static_cast<float>(*factor);
+  }
+  if (!(linear_factor > 0)) return Status::errorf("{}: rope scaling factor must be positive", file.name());
+  c.rope.freq_scale = 1.0f / linear_factor;
+  c.rope.style = arch == "qwen2" ? RopeStyle::kNeox : RopeStyle::kNormal;
+  c.has_qkv_bias = file.find_tensor(names::blk(0, names::kAttnQBias)) != nullptr;
+  c.tied_output = file.find_tensor(names::kOutput) == nullptr;
+
+  const GgufTensorInfo* embd = file.find_tensor(names::kTokenEmbd);
+  if (embd == nullptr) return Status::errorf("{}: missing tensor '{}'", file.name(), names::kTokenEmbd);
+  if (embd->dims.size() != 2) return Status::errorf("{}: tensor '{}' must be 2-D", file.name(), names::kTokenEmbd);
+  c.vocab_size = static_cast<int>(embd->dims[1]);
+  if (auto vocab = file.get_int(names::key(arch, names::kVocabSize)); vocab.ok() && *vocab != c.vocab_size) {
+    return Status::errorf("{}: vocab_size {} disagrees with token_embd rows {}", file.name(), *vocab, c.vocab_size);
+  }
+  return c;
+}
+
+}  // namespace kvlm

@@ -1,0 +1,59 @@
+// synthesize_model: deterministic random llama-family GGUF models of any shape (`kvlm synth`).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/status.h"
+
+namespace kvlm {
+
+struct SynthShape {
+  std::string architecture = "llama";  // "llama" or "qwen2" (NeoX RoPE, keys under "qwen2.")
+  int num_layers = 0;
+  int dim = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;                    // may differ from dim / num_heads (written as key/value_length)
+  int ffn_dim = 0;
+  int vocab_size = 0;
+  int context_length = 0;
+  float rope_freq_base = 10000.0f;
+  float rms_eps = 1e-5f;
+  bool tied_output = true;             // no output.weight: the classifier is token_embd
+  bool qkv_bias = false;               // attn_{q,k,v}.bias tensors, as qwen2 has
+
+  int q_dim() const { return num_heads * head_dim; }
+  int kv_dim() const { return num_kv_heads * head_dim; }
+  // Parameters in all tensors (biases and norms included).
+  int64_t num_parameters() const;
+  // Checks every field; errors name the field.
+  Status validate() const;
+};
+
+struct SynthOptions {
+  SynthShape shape;
+  GgmlType weight_type = GgmlType::kF32;  // matrices: f32, f16, bf16, q8_0, q4_0; norms and biases stay f32
+  uint64_t seed = 1;
+  std::string name;                       // general.name; empty: "synthetic"
+  std::string out_path;
+  int num_threads = 0;                    // 0: all hardware threads. The output never depends on it.
+};
+
+// Shapes of well-known models and tiny test models; an unknown name is an error listing them.
+Result<SynthShape> synth_preset(std::string_view name);
+std::vector<std::string> synth_preset_names();
+
+// Writes a model whose weights come from a counter-based generator seeded per (seed, tensor, row),
+// so the bytes depend only on the options. Scales keep activations finite and logits spread:
+//   token_embd, output     uniform, std 2/sqrt(dim)  (logits have std ~2 after the final norm)
+//   attn_q/k/v, ffn_gate/up uniform, std 1/sqrt(fan_in)
+//   attn_output, ffn_down   uniform, std 1/sqrt(fan_in * 2 * num_layers)  (residual stream stays ~1)
+//   norms                   1 + uniform noise of std 0.02;  biases  uniform, std 0.1
+// Tensors are generated row by row at write time, in parallel, so large models never sit in memory.
+Status synthesize_model(const SynthOptions& options);
+
+}  // namespace kvlm

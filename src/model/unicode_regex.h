@@ -1,0 +1,40 @@
+// UnicodeRegex: a compiled PCRE2 pattern (UTF + Unicode properties) that splits text into pieces.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+
+namespace kvlm {
+
+// Splits text the way a BPE pre-tokenizer does: every match is a piece, and so is any
+// run of text between matches. Any byte string is accepted: bytes that are not valid
+// UTF-8 are matched as if they were a punctuation-like character (neither \s, \p{L} nor
+// \p{N}), which is how llama.cpp's U+FFFD replacement behaves, but the pieces keep the
+// original bytes. Thread-safe: the compiled pattern is immutable.
+class UnicodeRegex {
+ public:
+  // Compiles with PCRE2_UTF | PCRE2_UCP (and JIT when available); errors name the pattern.
+  static Result<UnicodeRegex> compile(std::string pattern);
+
+  UnicodeRegex(UnicodeRegex&&) noexcept;
+  UnicodeRegex& operator=(UnicodeRegex&&) noexcept;
+  ~UnicodeRegex();
+
+  // Appends views into `text`, in order; their concatenation is `text`.
+  void split(std::string_view text, std::vector<std::string_view>* pieces) const;
+
+  const std::string& pattern() const { return pattern_; }
+
+ private:
+  struct Compiled;
+  UnicodeRegex(std::string pattern, std::unique_ptr<Compiled> compiled);
+
+  std::string pattern_;
+  std::unique_ptr<Compiled> compiled_;
+};
+
+}  // namespace kvlm

@@ -1,0 +1,46 @@
+#include "ops/isa.h"
+
+#include "core/cpu_features.h"
+
+namespace kvlm::ops_internal {
+
+std::string_view isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::kPortable:
+      return "portable";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kAvx512:
+      return "avx512";
+  }
+  return "?";
+}
+
+bool isa_supported(Isa isa) {
+  const CpuFeatures& f = cpu_features();
+  switch (isa) {
+    case Isa::kPortable:
+      return true;
+    case Isa::kAvx2:
+      return f.avx2 && f.fma && f.f16c;
+    case Isa::kAvx512:
+      // CpuFeatures does not report DQ; every CPU with AVX-512 VNNI has it.
+      return f.avx2 && f.fma && f.f16c && f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni;
+  }
+  return false;
+}
+
+std::vector<Isa> available_isas() {
+  std::vector<Isa> isas;
+  for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) {
+    if (isa_supported(isa)) isas.push_back(isa);
+  }
+  return isas;
+}
+
+Isa best_isa() {
+  static const Isa best = available_isas().back();
+  return best;
+}
+
+}  // namespace kvlm::ops_internal

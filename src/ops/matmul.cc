@@ -1,0 +1,157 @@
+// matmul(): argument checks, ISA dispatch, activation quantization and the split over threads.
+#include "ops/matmul.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/check.h"
+#include "core/quantize.h"
+#include "ops/matmul_kernels.h"
+
+namespace kvlm {
+namespace ops_internal {
+namespace {
+
+// Rows are handed to threads in groups of this many: a multiple of every kernel's row tile,
+// so only the last group of a matrix runs a remainder tile.
+constexpr int64_t kRowGroup = 4;
+// A thread's share should be worth waking it for.
+constexpr int64_t kMinMacsPerChunk = 1 << 16;
+// Activations of one token chunk should stay in L2 while every row of a thread's range
+// is multiplied with them; longer batches re-stream the weights once per chunk.
+constexpr int64_t kActivationBytesPerChunk = 384 << 10;
+
+bool is_quantized(GgmlType type) { return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0; }
+
+MatmulRowsFn rows_fn(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx2:
+      return matmul_rows_avx2;
+    case Isa::kAvx512:
+      return matmul_rows_avx512;
+    case Isa::kPortable:
+      break;
+  }
+  return matmul_rows_portable;
+}
+
+QuantizeActivationsFn quantize_fn(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx2:
+      return quantize_activations_avx2;
+    case Isa::kAvx512:
+      return quantize_activations_avx512;
+    case Isa::kPortable:
+      break;
+  }
+  return quantize_activations_portable;
+}
+
+void check_weight(const WeightMatrix& w) {
+  const GgmlTypeTraits traits = ggml_type_traits(w.type);
+  KVLM_CHECK(w.type == GgmlType::kF32 || w.type == GgmlType::kF16 || w.type == GgmlType::kBF16 ||
+                 is_quantized(w.type),
+             "matmul does not support weight type {}", traits.name);
+  KVLM_CHECK(w.data != nullptr && w.rows > 0 && w.cols > 0, "empty weight matrix ({} x {})", w.rows, w.cols);
+  KVLM_CHECK(w.cols % traits.block_size == 0, "{} weight with {} cols: not a whole number of blocks of {}",
+             traits.name, w.cols, traits.block_size);
+  KVLM_CHECK(w.row_bytes == ggml_row_bytes(w.type, w.cols), "{} weight with {} cols has row_bytes {}, expected {}",
+             traits.name, w.cols, w.row_bytes, ggml_row_bytes(w.type, w.cols));
+}
+
+// Scratch for quantized activations, one per calling thread: matmul() is not reentrant on a
+// thread, and workers only read the buffer while the caller waits inside run().
+ActivationBuffer& scratch_activations() {
+  thread_local ActivationBuffer buffer;
+  return buffer;
+}
+
+}  // namespace
+
+QuantizedActivations ActivationBuffer::view(int64_t num_tokens, int64_t num_blocks) {
+  constexpr int64_t kAlign = 64;
+  const int64_t qs_bytes = num_tokens * num_blocks * 32;
+  const int64_t lane_bytes = num_tokens * num_blocks * 8 * 4;
+  const int64_t needed = qs_bytes + 2 * lane_bytes + 3 * kAlign;
+  if (needed > capacity_) {
+    capacity_ = std::max(needed, capacity_ * 2);
+    storage_ = std::make_unique<uint8_t[]>(static_cast<size_t>(capacity_));
+  }
+  auto align = [](uint8_t* p) {
+    return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(p) + kAlign - 1) & ~uintptr_t{kAlign - 1});
+  };
+  QuantizedActivations q;
+  q.num_tokens = num_tokens;
+  q.num_blocks = num_blocks;
+  uint8_t* p = align(storage_.get());
+  q.qs = reinterpret_cast<int8_t*>(p);
+  p = align(p + qs_bytes);
+  q.scales = reinterpret_cast<float*>(p);
+  p = align(p + lane_bytes);
+  q.bias = reinterpret_cast<int32_t*>(p);
+  return q;
+}
+
+int32_t activation_bias_offset(Isa isa, GgmlType type) {
+  if (type == GgmlType::kQ4_0) return 8;
+  if (type == GgmlType::kQ8_0 && isa == Isa::kAvx512) return 128;
+  return 0;  // portable multiplies signed values; AVX2 moves Q8_0 signs onto the activations
+}
+
+void matmul_with_isa(Isa isa, const WeightMatrix& w, const float* x, float* y, int64_t num_tokens,
+                     ThreadPool& pool) {
+  check_weight(w);
+  KVLM_CHECK(isa_supported(isa), "matmul ISA {} is not supported by this CPU", isa_name(isa));
+  KVLM_CHECK(x != nullptr && y != nullptr && num_tokens >= 0, "matmul: x={} y={} num_tokens={}",
+             static_cast<const void*>(x), static_cast<const void*>(y), num_tokens);
+  if (num_tokens == 0) return;
+
+  MatmulProblem problem;
+  problem.w = &w;
+  problem.x = x;
+  problem.y = y;
+  int64_t bytes_per_token = w.cols * static_cast<int64_t>(sizeof(float));
+  QuantizedActivations xq;
+  if (is_quantized(w.type)) {
+    const int64_t num_blocks = w.cols / 32;
+    xq = scratch_activations().view(num_tokens, num_blocks);
+    const int32_t offset = activation_bias_offset(isa, w.type);
+    const QuantizeActivationsFn quantize = quantize_fn(isa);
+    pool.parallel_for(num_tokens, std::max<int64_t>(1, 4096 / w.cols), [&](int64_t begin, int64_t end) {
+      quantize(x, w.cols, begin, end, offset, xq);
+    });
+    problem.xq = &xq;
+    bytes_per_token = QuantizedActivations::bytes_per_token(num_blocks);
+  }
+
+  const int64_t tokens_per_chunk =
+      std::max<int64_t>(8, kActivationBytesPerChunk / bytes_per_token / 8 * 8);
+  const int64_t num_groups = (w.rows + kRowGroup - 1) / kRowGroup;
+  const int64_t macs_per_group = kRowGroup * w.cols * num_tokens;
+  const int64_t min_groups = std::max<int64_t>(1, (kMinMacsPerChunk + macs_per_group - 1) / macs_per_group);
+  const MatmulRowsFn rows = rows_fn(isa);
+  pool.parallel_for(num_groups, min_groups, [&](int64_t group_begin, int64_t group_end) {
+    const int64_t row_begin = group_begin * kRowGroup;
+    const int64_t row_end = std::min(w.rows, group_end * kRowGroup);
+    MatmulProblem chunk = problem;
+    for (int64_t t = 0; t < num_tokens; t += tokens_per_chunk) {
+      chunk.token_begin = t;
+      chunk.token_end = std::min(num_tokens, t + tokens_per_chunk);
+      rows(chunk, row_begin, row_end);
+    }
+  });
+}
+
+}  // namespace ops_internal
+
+void matmul(const WeightMatrix& w, const float* x, float* y, int64_t num_tokens, ThreadPool& pool) {
+  ops_internal::matmul_with_isa(ops_internal::best_isa(), w, x, y, num_tokens, pool);
+}
+
+void dequantize_weight_row(const WeightMatrix& w, int64_t row, float* dst) {
+  ops_internal::check_weight(w);
+  KVLM_CHECK(row >= 0 && row < w.rows, "row {} out of range [0, {})", row, w.rows);
+  dequantize_row_reference(w.type, w.data + static_cast<uint64_t>(row) * w.row_bytes, dst, w.cols);
+}
+
+}  // namespace kvlm

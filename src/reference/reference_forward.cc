@@ -1,0 +1,134 @@
+#include "reference/reference_forward.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/check.h"
+#include "core/quantize.h"
+
+namespace kvlm {
+namespace {
+
+// out[t][r] = sum_c W[r][c] * x[t][c]; each weight row is dequantized once for all tokens.
+// x: [n, cols], out: [n, rows]
+std::vector<double> matmul_ref(const WeightMatrix& w, const std::vector<double>& x, int64_t n) {
+  std::vector<double> out(static_cast<size_t>(n * w.rows));
+  std::vector<float> row(static_cast<size_t>(w.cols));
+  for (int64_t r = 0; r < w.rows; ++r) {
+    dequantize_row_reference(w.type, w.data + r * w.row_bytes, row.data(), w.cols);
+    for (int64_t t = 0; t < n; ++t) {
+      double acc = 0;
+      const double* xt = &x[static_cast<size_t>(t * w.cols)];
+      for (int64_t c = 0; c < w.cols; ++c) acc += static_cast<double>(row[static_cast<size_t>(c)]) * xt[c];
+      out[static_cast<size_t>(t * w.rows + r)] = acc;
+    }
+  }
+  return out;
+}
+
+std::vector<double> rms_norm_ref(const std::vector<double>& x, const std::vector<float>& weight, int64_t n, float eps) {
+  const size_t dim = weight.size();
+  std::vector<double> out(x.size());
+  for (int64_t t = 0; t < n; ++t) {
+    const double* xt = &x[static_cast<size_t>(t) * dim];
+    double ss = 0;
+    for (size_t i = 0; i < dim; ++i) ss += xt[i] * xt[i];
+    const double inv = 1.0 / std::sqrt(ss / static_cast<double>(dim) + eps);
+    for (size_t i = 0; i < dim; ++i) out[static_cast<size_t>(t) * dim + i] = xt[i] * inv * weight[i];
+  }
+  return out;
+}
+
+// Rotates one head in place; pair layout per RoPE style.
+void rope_ref(const RopeParams& p, double* head, int64_t pos) {
+  const int half = p.rotary_dim / 2;
+  for (int i = 0; i < half; ++i) {
+    const double inv_freq = std::pow(static_cast<double>(p.freq_base), -2.0 * i / p.rotary_dim);
+    const double angle = static_cast<double>(pos) * p.freq_scale * inv_freq;
+    const int a = p.style == RopeStyle::kNormal ? 2 * i : i;
+    const int b = p.style == RopeStyle::kNormal ? 2 * i + 1 : i + half;
+    const double x0 = head[a], x1 = head[b];
+    head[a] = x0 * std::cos(angle) - x1 * std::sin(angle);
+    head[b] = x0 * std::sin(angle) + x1 * std::cos(angle);
+  }
+}
+
+void add_bias_ref(std::vector<double>& x, const std::vector<float>& bias) {
+  if (bias.empty()) return;
+  for (size_t i = 0; i < x.size(); ++i) x[i] += bias[i % bias.size()];
+}
+
+}  // namespace
+
+std::vector<double> reference_logits(const ModelConfig& c, const LlamaWeights& w, std::span<const TokenId> tokens) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int64_t dim = c.dim, hd = c.head_dim, q_dim = c.q_dim(), kv_dim = c.kv_dim();
+  std::vector<double> x(static_cast<size_t>(n * dim));  // [n, dim]
+  std::vector<float> row(static_cast<size_t>(dim));
+  for (int64_t t = 0; t < n; ++t) {
+    const TokenId id = tokens[static_cast<size_t>(t)];
+    KVLM_CHECK(id >= 0 && id < c.vocab_size, "token {} outside vocab {}", id, c.vocab_size);
+    dequantize_row_reference(w.token_embd.type, w.token_embd.data + id * w.token_embd.row_bytes, row.data(), dim);
+    std::copy(row.begin(), row.end(), x.begin() + t * dim);
+  }
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  for (const LlamaLayerWeights& L : w.layers) {
+    std::vector<double> xn = rms_norm_ref(x, L.attn_norm, n, c.rms_eps);
+    std::vector<double> q = matmul_ref(L.wq, xn, n);  // [n, q_dim]
+    std::vector<double> k = matmul_ref(L.wk, xn, n);  // [n, kv_dim]
+    std::vector<double> v = matmul_ref(L.wv, xn, n);  // [n, kv_dim]
+    add_bias_ref(q, L.bq);
+    add_bias_ref(k, L.bk);
+    add_bias_ref(v, L.bv);
+    for (int64_t t = 0; t < n; ++t) {
+      for (int h = 0; h < c.num_heads; ++h) rope_ref(c.rope, &q[static_cast<size_t>(t * q_dim + h * hd)], t);
+      for (int h = 0; h < c.num_kv_heads; ++h) rope_ref(c.rope, &k[static_cast<size_t>(t * kv_dim + h * hd)], t);
+    }
+    std::vector<double> att(static_cast<size_t>(n * q_dim), 0.0);  // [n, q_dim]
+    std::vector<double> scores(static_cast<size_t>(n));
+    for (int64_t t = 0; t < n; ++t) {
+      for (int h = 0; h < c.num_heads; ++h) {
+        const int kvh = h / c.group_size();
+        const double* qh = &q[static_cast<size_t>(t * q_dim + h * hd)];
+        double max_score = -INFINITY;
+        for (int64_t s = 0; s <= t; ++s) {
+          const double* ks = &k[static_cast<size_t>(s * kv_dim + kvh * hd)];
+          double dot = 0;
+          for (int64_t i = 0; i < hd; ++i) dot += qh[i] * ks[i];
+          scores[static_cast<size_t>(s)] = dot * scale;
+          max_score = std::max(max_score, scores[static_cast<size_t>(s)]);
+        }
+        double sum = 0;
+        for (int64_t s = 0; s <= t; ++s) sum += (scores[static_cast<size_t>(s)] = std::exp(scores[static_cast<size_t>(s)] - max_score));
+        double* out = &att[static_cast<size_t>(t * q_dim + h * hd)];
+        for (int64_t s = 0; s <= t; ++s) {
+          const double p = scores[static_cast<size_t>(s)] / sum;
+          const double* vs = &v[static_cast<size_t>(s * kv_dim + kvh * hd)];
+          for (int64_t i = 0; i < hd; ++i) out[i] += p * vs[i];
+        }
+      }
+    }
+    std::vector<double> o = matmul_ref(L.wo, att, n);
+    for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
+    xn = rms_norm_ref(x, L.ffn_norm, n, c.rms_eps);
+    std::vector<double> gate = matmul_ref(L.w_gate, xn, n);
+    const std::vector<double> up = matmul_ref(L.w_up, xn, n);
+    for (size_t i = 0; i < gate.size(); ++i) gate[i] = gate[i] / (1.0 + std::exp(-gate[i])) * up[i];
+    const std::vector<double> down = matmul_ref(L.w_down, gate, n);
+    for (size_t i = 0; i < x.size(); ++i) x[i] += down[i];
+  }
+  const std::vector<double> xn = rms_norm_ref(x, w.output_norm, n, c.rms_eps);
+  return matmul_ref(w.output, xn, n);
+}
+
+double max_relative_error(std::span<const float> actual, std::span<const double> expected) {
+  KVLM_CHECK(actual.size() == expected.size(), "sizes {} vs {}", actual.size(), expected.size());
+  double max_diff = 0, max_ref = 0;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    max_diff = std::max(max_diff, std::fabs(static_cast<double>(actual[i]) - expected[i]));
+    max_ref = std::max(max_ref, std::fabs(expected[i]));
+  }
+  return max_ref > 0 ? max_diff / max_ref : max_diff;
+}
+
+}  // namespace kvlm

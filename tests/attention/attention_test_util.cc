@@ -1,0 +1,116 @@
+#include "attention_test_util.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+
+#include <fmt/format.h>
+
+namespace kvlm::testing {
+
+std::string AttentionShape::name() const {
+  return fmt::format("h{}_kv{}_d{}_bs{}_ctx{}_q{}_{}_{}", num_heads, num_kv_heads, head_dim, block_size,
+                     num_context_tokens, num_queries, kv_type_name(k_type), kv_type_name(v_type));
+}
+
+PagedAttentionFixture PagedAttentionFixture::make(const AttentionShape& s, uint32_t seed, float q_gain) {
+  PagedAttentionFixture f;
+  f.shape = s;
+  f.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  const KvLayout layout{.num_layers = 2, .num_kv_heads = s.num_kv_heads, .head_dim = s.head_dim,
+                        .block_size = s.block_size};
+  const int needed = (s.num_context_tokens + s.block_size - 1) / s.block_size;
+  const int num_blocks = 2 * needed + 3;
+  auto created = KvStorage::create(layout, s.k_type, s.v_type, num_blocks);
+  EXPECT_TRUE(created.ok()) << created.status().message();
+  f.storage = std::move(created).value();
+
+  const size_t width = layout.values_per_token();
+  const std::vector<float> nan(width, std::numeric_limits<float>::quiet_NaN());
+  for (int layer = 0; layer < 2; ++layer) {
+    for (int b = 0; b < num_blocks; ++b) {
+      for (int slot = 0; slot < s.block_size; ++slot) f.storage->write_token(layer, BlockId(b), slot, nan.data(), nan.data());
+    }
+  }
+
+  std::mt19937 rng(seed);
+  std::vector<int32_t> ids(static_cast<size_t>(num_blocks));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  f.block_table.assign(ids.begin(), ids.begin() + needed);
+
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  f.q.resize(static_cast<size_t>(s.num_queries) * s.num_heads * s.head_dim);
+  for (float& x : f.q) x = q_gain * dist(rng);
+  f.k.resize(static_cast<size_t>(s.num_context_tokens) * width);
+  f.v.resize(f.k.size());
+  for (float& x : f.k) x = dist(rng);
+  for (float& x : f.v) x = dist(rng);
+  f.k_stored.resize(f.k.size());
+  f.v_stored.resize(f.v.size());
+  for (int t = 0; t < s.num_context_tokens; ++t) {
+    const BlockId block(f.block_table[static_cast<size_t>(t / s.block_size)]);
+    const size_t off = static_cast<size_t>(t) * width;
+    f.storage->write_token(kLayer, block, t % s.block_size, f.k.data() + off, f.v.data() + off);
+    f.storage->read_token(kLayer, block, t % s.block_size, f.k_stored.data() + off, f.v_stored.data() + off);
+  }
+  return f;
+}
+
+std::vector<float> PagedAttentionFixture::run_paged(ThreadPool& pool, AttentionIsa isa) const {
+  std::vector<float> out(q.size(), std::numeric_limits<float>::quiet_NaN());
+  PagedAttentionArgs args;
+  args.storage = storage.get();
+  args.layer = kLayer;
+  args.block_table = block_table.data();
+  args.num_table_blocks = static_cast<int>(block_table.size());
+  args.num_context_tokens = shape.num_context_tokens;
+  args.num_queries = shape.num_queries;
+  args.num_heads = shape.num_heads;
+  args.q = q.data();
+  args.out = out.data();
+  args.scale = scale;
+  paged_attention(args, pool, isa);
+  return out;
+}
+
+static std::vector<float> reference(const PagedAttentionFixture& f, const std::vector<float>& k,
+                                    const std::vector<float>& v) {
+  ReferenceAttentionArgs a;
+  a.q = f.q.data();
+  a.k = k.data();
+  a.v = v.data();
+  a.num_context_tokens = f.shape.num_context_tokens;
+  a.num_queries = f.shape.num_queries;
+  a.num_heads = f.shape.num_heads;
+  a.num_kv_heads = f.shape.num_kv_heads;
+  a.head_dim = f.shape.head_dim;
+  a.scale = f.scale;
+  return reference_attention(a);
+}
+
+std::vector<float> PagedAttentionFixture::run_reference_stored() const { return reference(*this, k_stored, v_stored); }
+std::vector<float> PagedAttentionFixture::run_reference_original() const { return reference(*this, k, v); }
+
+float max_abs(const std::vector<float>& x) {
+  float m = 0.0f;
+  for (float e : x) m = std::max(m, std::fabs(e));
+  return m;
+}
+
+float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return std::numeric_limits<float>::infinity();
+  float m = 0.0f;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const float d = std::fabs(a[i] - b[i]);
+    if (std::isnan(d)) return std::numeric_limits<float>::infinity();
+    m = std::max(m, d);
+  }
+  return m;
+}
+
+}  // namespace kvlm::testing

@@ -1,0 +1,55 @@
+// Test helpers for attention: a paged KV cache filled with random K/V, and error measures.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attention/paged_attention.h"
+#include "attention/reference_attention.h"
+#include "kv/kv_storage.h"
+
+namespace kvlm::testing {
+
+struct AttentionShape {
+  int num_heads = 8;
+  int num_kv_heads = 4;
+  int head_dim = 64;
+  int block_size = 16;
+  int num_context_tokens = 17;
+  int num_queries = 1;
+  KvType k_type = KvType::kF32;
+  KvType v_type = KvType::kF32;
+  std::string name() const;
+};
+
+// One sequence's K/V written into a 2-layer storage at layer 1 through a shuffled,
+// non-contiguous block table. Every slot that is not part of the context (other
+// blocks, the tail of the last block, all of layer 0) holds NaN, so a kernel that
+// reads a wrong slot poisons its output.
+struct PagedAttentionFixture {
+  AttentionShape shape;
+  std::unique_ptr<KvStorage> storage;
+  std::vector<int32_t> block_table;
+  std::vector<float> q;         // [num_queries, num_heads, head_dim]
+  std::vector<float> k, v;      // [num_context_tokens, num_kv_heads, head_dim] as written
+  std::vector<float> k_stored;  // the same after the codec's rounding (read back)
+  std::vector<float> v_stored;
+  float scale = 0.0f;
+  static constexpr int kLayer = 1;
+
+  // q_gain scales the queries: larger gains make the softmax peakier.
+  static PagedAttentionFixture make(const AttentionShape& shape, uint32_t seed, float q_gain = 8.0f);
+
+  std::vector<float> run_paged(ThreadPool& pool, AttentionIsa isa = AttentionIsa::kAuto) const;
+  // The double-precision reference on the stored (codec-rounded) or the original K/V.
+  std::vector<float> run_reference_stored() const;
+  std::vector<float> run_reference_original() const;
+};
+
+float max_abs(const std::vector<float>& x);
+// max |a - b|; infinity when either holds a NaN.
+float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b);
+
+}  // namespace kvlm::testing

@@ -1,0 +1,364 @@
+// matmul on every weight type and every ISA this CPU runs, against a double-precision
+// reference over the dequantized weights.
+#include "ops/matmul.h"
+
+#include <cmath>
+#include <cstring>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "core/quantize.h"
+#include "ops/matmul_kernels.h"
+
+namespace kvlm {
+namespace {
+
+using ops_internal::Isa;
+
+constexpr double kF32Ulp = 1.0 / (1 << 24);  // unit roundoff of f32
+
+// A weight matrix with its bytes and the exact f32 values they decode to.
+struct TestWeights {
+  GgmlType type;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  std::vector<uint8_t> bytes;     // [rows, row_bytes]
+  std::vector<float> dequant;     // [rows, cols]
+
+  WeightMatrix matrix() const {
+    return WeightMatrix{type, bytes.data(), rows, cols, ggml_row_bytes(type, cols)};
+  }
+};
+
+TestWeights make_weights(GgmlType type, int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  TestWeights w{type, rows, cols, {}, {}};
+  const uint64_t row_bytes = ggml_row_bytes(type, cols);
+  w.bytes.resize(row_bytes * rows);
+  w.dequant.resize(rows * cols);
+  std::vector<float> src(cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float row_scale = std::exp2(static_cast<float>(static_cast<int>(r % 5) - 2));  // rows of varied magnitude
+    for (float& v : src) v = normal(rng) * row_scale;
+    quantize_row_reference(type, src.data(), w.bytes.data() + r * row_bytes, cols);
+    dequantize_row_reference(type, w.bytes.data() + r * row_bytes, w.dequant.data() + r * cols, cols);
+  }
+  return w;
+}
+
+// Raw random blocks, covering bytes a quantizer would never write (Q8_0 -128, every nibble).
+TestWeights make_raw_blocks(GgmlType type, int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
+  TestWeights w{type, rows, cols, {}, {}};
+  const uint64_t row_bytes = ggml_row_bytes(type, cols);
+  const uint64_t block_bytes = ggml_type_traits(type).block_bytes;
+  w.bytes.resize(row_bytes * rows);
+  w.dequant.resize(rows * cols);
+  for (uint64_t off = 0; off < w.bytes.size(); off += block_bytes) {
+    const uint16_t d = fp32_to_fp16(scale(rng));
+    std::memcpy(&w.bytes[off], &d, 2);
+    for (uint64_t i = 2; i < block_bytes; ++i) w.bytes[off + i] = static_cast<uint8_t>(byte(rng));
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    dequantize_row_reference(type, w.bytes.data() + r * row_bytes, w.dequant.data() + r * cols, cols);
+  }
+  return w;
+}
+
+// x: [num_tokens, cols], tokens of varied magnitude with a few outliers, as activations have.
+std::vector<float> make_activations(int64_t num_tokens, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(num_tokens * cols);
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    const float token_scale = 0.1f + static_cast<float>(t % 4);
+    for (int64_t c = 0; c < cols; ++c) x[t * cols + c] = normal(rng) * token_scale;
+    x[t * cols + (t * 7) % cols] *= 20.0f;
+  }
+  return x;
+}
+
+bool is_quantized(GgmlType type) { return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0; }
+
+// What x becomes after the activation quantization (identical on every ISA; tested below).
+std::vector<float> dequantized_activations(const std::vector<float>& x, int64_t num_tokens, int64_t cols,
+                                           std::vector<float>* block_scales) {
+  const int64_t num_blocks = cols / 32;
+  ops_internal::ActivationBuffer buffer;
+  const ops_internal::QuantizedActivations q = buffer.view(num_tokens, num_blocks);
+  ops_internal::quantize_activations_portable(x.data(), cols, 0, num_tokens, 0, q);
+  std::vector<float> out(x.size());
+  block_scales->resize(num_tokens * num_blocks);
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    for (int64_t b = 0; b < num_blocks; ++b) {
+      const float d = q.scales[(t * num_blocks + b) * 8];
+      (*block_scales)[t * num_blocks + b] = d;
+      for (int i = 0; i < 32; ++i) {
+        const int64_t c = b * 32 + i;
+        out[t * cols + c] = d * q.qs[t * cols + c];
+      }
+    }
+  }
+  return out;
+}
+
+// Checks y against Σ_c W[r][c]·x[t][c] in double. Every kernel may round its f32 sum in any
+// order: |error| ≤ (cols + 16)·u·Σ|W·x| bounds that (u = 2^-24; each of the cols terms is
+// rounded into at most cols additions, plus a few roundings for scales).
+// For quantized types the operand x is the activation after quantization, and a second
+// bound covers the distance to the unquantized x: |x - d·q| ≤ (d/2)(1 + 1e-4) per element
+// (the 1e-4 covers f32 rounding of x/d), so
+// |y - Σ W·x| ≤ Σ_blocks (d_block/2)(1 + 1e-4)·Σ_{c in block}|W[r][c]| on top of the rounding bound.
+void expect_matches_reference(const TestWeights& w, const std::vector<float>& x, const std::vector<float>& y,
+                              int64_t num_tokens) {
+  std::vector<float> block_scales;
+  const std::vector<float> xq =
+      is_quantized(w.type) ? dequantized_activations(x, num_tokens, w.cols, &block_scales) : x;
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    for (int64_t r = 0; r < w.rows; ++r) {
+      const float* wr = &w.dequant[r * w.cols];
+      const float* xt = &xq[t * w.cols];
+      double exact = 0.0;
+      double magnitude = 0.0;
+      for (int64_t c = 0; c < w.cols; ++c) {
+        exact += static_cast<double>(wr[c]) * xt[c];
+        magnitude += std::fabs(static_cast<double>(wr[c]) * xt[c]);
+      }
+      const double rounding_bound = (w.cols + 16) * kF32Ulp * magnitude + 1e-30;
+      const double got = y[t * w.rows + r];
+      ASSERT_NEAR(got, exact, rounding_bound) << "token " << t << " row " << r;
+      if (!is_quantized(w.type)) continue;
+      double exact_unquantized = 0.0;
+      double quantization_bound = 0.0;
+      for (int64_t c = 0; c < w.cols; ++c) {
+        exact_unquantized += static_cast<double>(wr[c]) * x[t * w.cols + c];
+        quantization_bound += 0.5 * block_scales[t * (w.cols / 32) + c / 32] * (1.0 + 1e-4) * std::fabs(wr[c]);
+      }
+      ASSERT_NEAR(got, exact_unquantized, quantization_bound + rounding_bound) << "token " << t << " row " << r;
+    }
+  }
+}
+
+std::string type_isa_name(GgmlType type, Isa isa) {
+  return fmt::format("{}_{}", ggml_type_name(type), ops_internal::isa_name(isa));
+}
+
+struct TypeIsa {
+  GgmlType type;
+  Isa isa;
+};
+
+void PrintTo(const TypeIsa& p, std::ostream* os) { *os << type_isa_name(p.type, p.isa); }
+
+std::vector<TypeIsa> all_type_isas() {
+  std::vector<TypeIsa> out;
+  for (GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_0}) {
+    for (Isa isa : ops_internal::available_isas()) out.push_back({type, isa});
+  }
+  return out;
+}
+
+class MatmulTest : public ::testing::TestWithParam<TypeIsa> {};
+
+TEST_P(MatmulTest, MatchesReferenceOnOddShapes) {
+  const auto [type, isa] = GetParam();
+  ThreadPool pool(2);
+  std::vector<int64_t> col_counts = {32, 96, 256};  // 1, 3 and 8 blocks of 32
+  if (!is_quantized(type)) col_counts.insert(col_counts.end(), {8, 40, 72});
+  uint32_t seed = 1;
+  for (int64_t rows : {1, 7, 33}) {
+    for (int64_t cols : col_counts) {
+      const TestWeights w = make_weights(type, rows, cols, seed++);
+      for (int64_t num_tokens : {1, 3, 8, 17}) {
+        SCOPED_TRACE(fmt::format("rows {} cols {} tokens {}", rows, cols, num_tokens));
+        const std::vector<float> x = make_activations(num_tokens, cols, seed++);
+        std::vector<float> y(num_tokens * rows, NAN);
+        ops_internal::matmul_with_isa(isa, w.matrix(), x.data(), y.data(), num_tokens, pool);
+        expect_matches_reference(w, x, y, num_tokens);
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+// Enough tokens and columns that activations are split into several token chunks and rows
+// over several threads.
+TEST_P(MatmulTest, MatchesReferenceOnLargeBatch) {
+  const auto [type, isa] = GetParam();
+  ThreadPool pool(3);
+  const TestWeights w = make_weights(type, 67, 4096, 7);
+  const int64_t num_tokens = 41;
+  const std::vector<float> x = make_activations(num_tokens, w.cols, 8);
+  std::vector<float> y(num_tokens * w.rows, NAN);
+  ops_internal::matmul_with_isa(isa, w.matrix(), x.data(), y.data(), num_tokens, pool);
+  expect_matches_reference(w, x, y, num_tokens);
+}
+
+// Each output element is computed by one thread in an order fixed by (type, cols, ISA):
+// thread count and batch composition must not change a single bit.
+TEST_P(MatmulTest, DeterministicAcrossThreadsAndBatches) {
+  const auto [type, isa] = GetParam();
+  const TestWeights w = make_weights(type, 131, 512, 21);
+  const int64_t num_tokens = 17;
+  const std::vector<float> x = make_activations(num_tokens, w.cols, 22);
+  std::vector<float> y1(num_tokens * w.rows), y3(num_tokens * w.rows);
+  ThreadPool pool1(1);
+  ThreadPool pool3(3);
+  ops_internal::matmul_with_isa(isa, w.matrix(), x.data(), y1.data(), num_tokens, pool1);
+  ops_internal::matmul_with_isa(isa, w.matrix(), x.data(), y3.data(), num_tokens, pool3);
+  ASSERT_EQ(std::memcmp(y1.data(), y3.data(), y1.size() * sizeof(float)), 0);
+  for (int64_t t : {0, 5, 16}) {
+    std::vector<float> single(w.rows);
+    ops_internal::matmul_with_isa(isa, w.matrix(), &x[t * w.cols], single.data(), 1, pool3);
+    ASSERT_EQ(std::memcmp(single.data(), &y1[t * w.rows], w.rows * sizeof(float)), 0) << "token " << t;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(TypesAndIsas, MatmulTest, ::testing::ValuesIn(all_type_isas()),
+                         [](const ::testing::TestParamInfo<TypeIsa>& info) {
+                           return type_isa_name(info.param.type, info.param.isa);
+                         });
+
+TEST(Matmul, RawQuantizedBlocksWithEveryByteValue) {
+  ThreadPool pool(2);
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0}) {
+    const TestWeights w = make_raw_blocks(type, 9, 160, 11);
+    const int64_t num_tokens = 5;
+    const std::vector<float> x = make_activations(num_tokens, w.cols, 12);
+    for (Isa isa : ops_internal::available_isas()) {
+      SCOPED_TRACE(type_isa_name(type, isa));
+      std::vector<float> y(num_tokens * w.rows, NAN);
+      ops_internal::matmul_with_isa(isa, w.matrix(), x.data(), y.data(), num_tokens, pool);
+      expect_matches_reference(w, x, y, num_tokens);
+    }
+  }
+}
+
+TEST(Matmul, PublicEntryUsesBestIsa) {
+  ThreadPool pool(2);
+  for (GgmlType type : {GgmlType::kF16, GgmlType::kQ4_0}) {
+    const TestWeights w = make_weights(type, 20, 128, 31);
+    const std::vector<float> x = make_activations(3, w.cols, 32);
+    std::vector<float> y_public(3 * w.rows), y_best(3 * w.rows);
+    matmul(w.matrix(), x.data(), y_public.data(), 3, pool);
+    ops_internal::matmul_with_isa(ops_internal::best_isa(), w.matrix(), x.data(), y_best.data(), 3, pool);
+    EXPECT_EQ(std::memcmp(y_public.data(), y_best.data(), y_best.size() * sizeof(float)), 0);
+  }
+}
+
+TEST(Matmul, ZeroTokensWritesNothing) {
+  ThreadPool pool(1);
+  const TestWeights w = make_weights(GgmlType::kF32, 4, 32, 41);
+  const float x = 0.0f;
+  float y = 123.0f;
+  matmul(w.matrix(), &x, &y, 0, pool);
+  EXPECT_EQ(y, 123.0f);
+}
+
+TEST(MatmulDeathTest, RejectsInconsistentRowBytes) {
+  const TestWeights w = make_weights(GgmlType::kQ8_0, 2, 64, 51);
+  WeightMatrix bad = w.matrix();
+  bad.row_bytes += 1;
+  std::vector<float> x(64), y(2);
+  ThreadPool pool(1);
+  EXPECT_DEATH(matmul(bad, x.data(), y.data(), 1, pool), "row_bytes");
+}
+
+TEST(DequantizeWeightRow, MatchesReference) {
+  for (GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_0}) {
+    const TestWeights w = make_weights(type, 5, 96, 61);
+    std::vector<float> row(w.cols);
+    for (int64_t r = 0; r < w.rows; ++r) {
+      dequantize_weight_row(w.matrix(), r, row.data());
+      ASSERT_EQ(std::memcmp(row.data(), &w.dequant[r * w.cols], w.cols * sizeof(float)), 0)
+          << ggml_type_name(type) << " row " << r;
+    }
+  }
+}
+
+// ---- activation quantization ----
+
+struct QuantizedCopy {
+  std::vector<int8_t> qs;
+  std::vector<float> scales;
+  std::vector<int32_t> bias;
+};
+
+QuantizedCopy quantize_with(Isa isa, const std::vector<float>& x, int64_t num_tokens, int64_t cols,
+                            int32_t offset) {
+  const int64_t num_blocks = cols / 32;
+  ops_internal::ActivationBuffer buffer;
+  const ops_internal::QuantizedActivations q = buffer.view(num_tokens, num_blocks);
+  std::memset(q.bias, 0, num_tokens * num_blocks * 8 * sizeof(int32_t));
+  // Two calls over token ranges, as the thread split does.
+  const int64_t split = num_tokens / 2;
+  auto quantize = isa == Isa::kAvx512 ? ops_internal::quantize_activations_avx512
+                  : isa == Isa::kAvx2 ? ops_internal::quantize_activations_avx2
+                                      : ops_internal::quantize_activations_portable;
+  quantize(x.data(), cols, 0, split, offset, q);
+  quantize(x.data(), cols, split, num_tokens, offset, q);
+  const int64_t n = num_tokens * num_blocks;
+  return QuantizedCopy{std::vector<int8_t>(q.qs, q.qs + n * 32), std::vector<float>(q.scales, q.scales + n * 8),
+                       std::vector<int32_t>(q.bias, q.bias + n * 8)};
+}
+
+TEST(QuantizeActivations, BoundedErrorAndBiasLanes) {
+  const int64_t num_tokens = 3;
+  const int64_t cols = 128;
+  std::vector<float> x = make_activations(num_tokens, cols, 71);
+  for (int i = 0; i < 32; ++i) x[32 + i] = 0.0f;  // an all-zero block
+  for (int32_t offset : {0, 8, 128}) {
+    const QuantizedCopy q = quantize_with(Isa::kPortable, x, num_tokens, cols, offset);
+    for (int64_t block = 0; block < num_tokens * cols / 32; ++block) {
+      float amax = 0.0f;
+      for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[block * 32 + i]));
+      const float d = q.scales[block * 8];
+      ASSERT_EQ(d, amax / 127.0f);
+      for (int lane = 0; lane < 8; ++lane) {
+        ASSERT_EQ(q.scales[block * 8 + lane], d);
+        int32_t lane_sum = 0;
+        for (int i = 0; i < 4; ++i) {
+          const int idx = lane * 4 + i;
+          const int8_t v = q.qs[block * 32 + idx];
+          ASSERT_GE(v, -127);
+          ASSERT_LE(v, 127);
+          ASSERT_LE(std::fabs(x[block * 32 + idx] - d * v), 0.5f * d * (1.0f + 1e-4f)) << "block " << block;
+          lane_sum += v;
+        }
+        if (offset != 0) {
+          ASSERT_EQ(q.bias[block * 8 + lane], -offset * lane_sum);
+        }
+      }
+    }
+  }
+}
+
+TEST(QuantizeActivations, EveryIsaIsBitIdentical) {
+  const int64_t num_tokens = 5;
+  const int64_t cols = 256;
+  std::vector<float> x = make_activations(num_tokens, cols, 81);
+  // A block of exact ties: amax 127 makes the scale 1, so k + 0.5 must round to even.
+  for (int i = 0; i < 32; ++i) x[i] = i == 0 ? 127.0f : static_cast<float>(i % 9) - 4.5f;
+  for (int32_t offset : {0, 8, 128}) {
+    const QuantizedCopy ref = quantize_with(Isa::kPortable, x, num_tokens, cols, offset);
+    EXPECT_EQ(ref.qs[1], -4);  // -3.5 → -4
+    EXPECT_EQ(ref.qs[2], -2);  // -2.5 → -2
+    for (Isa isa : ops_internal::available_isas()) {
+      const QuantizedCopy q = quantize_with(isa, x, num_tokens, cols, offset);
+      EXPECT_EQ(q.qs, ref.qs) << ops_internal::isa_name(isa);
+      EXPECT_EQ(q.scales, ref.scales) << ops_internal::isa_name(isa);
+      EXPECT_EQ(q.bias, ref.bias) << ops_internal::isa_name(isa);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvlm
