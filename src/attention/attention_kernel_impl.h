@@ -19,7 +19,22 @@ namespace {
 
 inline constexpr int kTileTokens = 32;   // tokens whose scores are held at once
 inline constexpr int kMaxRowBlock = 8;   // (query, head) rows sharing one pass over a K/V tile
+inline constexpr int kPrefetchTiles = 4; // how far ahead K/V rows are prefetched
 inline constexpr float kNegInf = -__builtin_inff();
+
+// Rows of a row block live in registers only when their loops are fully unrolled;
+// -O2 does not do that on its own.
+#define KVLM_ATTENTION_UNROLL _Pragma("GCC unroll 8")
+
+// Prefetches the cache line holding p. An asm statement because GCC's dead-code
+// elimination drops __builtin_prefetch from these inlined loops.
+inline void prefetch_line(const void* p) {
+#if defined(__x86_64__) || defined(__i386__)
+  asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
+#else
+  __builtin_prefetch(p);
+#endif
+}
 
 inline int min_int(int a, int b) { return a < b ? a : b; }
 inline int max_int(int a, int b) { return a > b ? a : b; }
@@ -36,48 +51,112 @@ struct PlainRows {
     const size_t row = static_cast<size_t>(kv_head) * static_cast<size_t>(layout.block_size) + static_cast<size_t>(slot);
     return reinterpret_cast<const Elem*>(block) + row * static_cast<size_t>(layout.head_dim);
   }
+  // Prefetches the rows of slots [slot_begin, slot_end): contiguous in a plain block.
+  static void prefetch_slots(const std::byte* block, const KvLayout& layout, int kv_head, int slot_begin,
+                             int slot_end) {
+    const char* begin = reinterpret_cast<const char*>(row(block, layout, kv_head, slot_begin));
+    const char* end = reinterpret_cast<const char*>(row(block, layout, kv_head, slot_end));
+    for (const char* p = begin; p < end; p += 64) prefetch_line(p);
+    prefetch_line(end - 1);  // a run that starts mid-line ends in one more line
+  }
 };
 
 // The ops type V provides: Reg, kWidth (dividing head_dim and kTileTokens),
 // zero, load, store, set1, fma(a, b, c) = a*b + c, add, mul, max, reduce_add,
-// reduce_max, and exp (0 for -inf and for arguments below about -87).
-// The loaders provide Row, row(block, layout, kv_head, slot) and
-// load(row, d) -> Reg holding elements [d, d + kWidth) of the row as f32.
+// reduce_max, exp (0 for -inf and for arguments below about -87), and the
+// register blocking that fits its register file:
+//   qk_tokens<NR>()  tokens whose NR dot products are accumulated at once (1, 2 or 4),
+//   reduce_add_n<N>(const Reg* v, float* out)  out[i] = sum of v[i]'s lanes, N as above,
+//   pv_chunks<NR>()  head_dim chunks of kWidth whose NR accumulators stay in registers.
+// The loaders provide Row, row(block, layout, kv_head, slot), prefetch_slots(block,
+// layout, kv_head, slot_begin, slot_end) and load(row, d) -> Reg holding
+// elements [d, d + kWidth) of the row as f32.
 template <class V, class KL, class VL>
 struct AttentionKernel {
   using Reg = typename V::Reg;
+  using KRow = typename KL::Row;
+  using VRow = typename VL::Row;
   static constexpr int W = V::kWidth;
   static_assert(kTileTokens % W == 0);
 
-  // s[r, t] = q[r] · k[t] for NR rows and n tokens; each K row is loaded once for all NR rows.
-  template <int NR>
-  static void qk(const float* q /*[NR, D]*/, const typename KL::Row* krows, int n, int D,
-                 float* s /*[NR, kTileTokens]*/) {
-    for (int t = 0; t < n; ++t) {
-      Reg acc[NR];
-      for (int r = 0; r < NR; ++r) acc[r] = V::zero();
-      const typename KL::Row row = krows[t];
-      for (int d = 0; d < D; d += W) {
-        const Reg k = KL::load(row, d);
-        for (int r = 0; r < NR; ++r) acc[r] = V::fma(V::load(q + r * D + d), k, acc[r]);
+  // s[r, t + j] = q[r] · k[t + j] for NR rows and TB tokens: each K chunk is
+  // decoded once for all NR rows, and the NR × TB sums are reduced together.
+  template <int NR, int TB>
+  static void qk_step(const float* q /*[NR, D]*/, const KRow* krows, int t, int D, float* s /*[NR, kTileTokens]*/) {
+    Reg acc[NR][TB];
+    KVLM_ATTENTION_UNROLL
+    for (int r = 0; r < NR; ++r) {
+      KVLM_ATTENTION_UNROLL
+      for (int j = 0; j < TB; ++j) acc[r][j] = V::zero();
+    }
+    for (int d = 0; d < D; d += W) {
+      Reg k[TB];
+      KVLM_ATTENTION_UNROLL
+      for (int j = 0; j < TB; ++j) k[j] = KL::load(krows[t + j], d);
+      KVLM_ATTENTION_UNROLL
+      for (int r = 0; r < NR; ++r) {
+        const Reg qr = V::load(q + r * D + d);
+        KVLM_ATTENTION_UNROLL
+        for (int j = 0; j < TB; ++j) acc[r][j] = V::fma(qr, k[j], acc[r][j]);
       }
-      for (int r = 0; r < NR; ++r) s[r * kTileTokens + t] = V::reduce_add(acc[r]);
+    }
+    KVLM_ATTENTION_UNROLL
+    for (int r = 0; r < NR; ++r) V::template reduce_add_n<TB>(acc[r], s + r * kTileTokens + t);
+  }
+
+  // s[r, t] = q[r] · k[t] for NR rows and n tokens.
+  template <int NR>
+  static void qk(const float* q /*[NR, D]*/, const KRow* krows, int n, int D, float* s /*[NR, kTileTokens]*/) {
+    constexpr int TB = V::template qk_tokens<NR>();
+    int t = 0;
+    for (; t + TB <= n; t += TB) qk_step<NR, TB>(q, krows, t, D, s);
+    for (; t < n; ++t) qk_step<NR, 1>(q, krows, t, D, s);
+  }
+
+  // acc[r, d0 : d0 + DB*W] += sum_t p[r, t] v[t, d0 : d0 + DB*W], the NR × DB
+  // accumulators held in registers across all n tokens.
+  template <int NR, int DB>
+  static void pv_step(const float* p /*[NR, kTileTokens]*/, const VRow* vrows, int n, int D, int d0,
+                      float* acc /*[NR, D]*/) {
+    Reg o[NR][DB];
+    KVLM_ATTENTION_UNROLL
+    for (int r = 0; r < NR; ++r) {
+      KVLM_ATTENTION_UNROLL
+      for (int j = 0; j < DB; ++j) o[r][j] = V::load(acc + r * D + d0 + j * W);
+    }
+    for (int t = 0; t < n; ++t) {
+      Reg pr[NR];
+      KVLM_ATTENTION_UNROLL
+      for (int r = 0; r < NR; ++r) pr[r] = V::set1(p[r * kTileTokens + t]);
+      KVLM_ATTENTION_UNROLL
+      for (int j = 0; j < DB; ++j) {
+        const Reg v = VL::load(vrows[t], d0 + j * W);
+        KVLM_ATTENTION_UNROLL
+        for (int r = 0; r < NR; ++r) o[r][j] = V::fma(pr[r], v, o[r][j]);
+      }
+    }
+    KVLM_ATTENTION_UNROLL
+    for (int r = 0; r < NR; ++r) {
+      KVLM_ATTENTION_UNROLL
+      for (int j = 0; j < DB; ++j) V::store(acc + r * D + d0 + j * W, o[r][j]);
     }
   }
 
-  // acc[r] += sum_t p[r, t] v[t] for NR rows; each V element is loaded once for all NR rows.
+  // acc[r] += sum_t p[r, t] v[t] for NR rows; each V element is decoded once for all NR rows.
   template <int NR>
-  static void pv(const float* p /*[NR, kTileTokens]*/, const typename VL::Row* vrows, int n, int D,
-                 float* acc /*[NR, D]*/) {
-    for (int d = 0; d < D; d += W) {
-      Reg o[NR];
-      for (int r = 0; r < NR; ++r) o[r] = V::load(acc + r * D + d);
-      for (int t = 0; t < n; ++t) {
-        const Reg v = VL::load(vrows[t], d);
-        for (int r = 0; r < NR; ++r) o[r] = V::fma(V::set1(p[r * kTileTokens + t]), v, o[r]);
-      }
-      for (int r = 0; r < NR; ++r) V::store(acc + r * D + d, o[r]);
+  static void pv(const float* p /*[NR, kTileTokens]*/, const VRow* vrows, int n, int D, float* acc /*[NR, D]*/) {
+    constexpr int DB = V::template pv_chunks<NR>();
+    int d = 0;
+    if constexpr (DB >= 8) {
+      for (; d + 8 * W <= D; d += 8 * W) pv_step<NR, 8>(p, vrows, n, D, d, acc);
     }
+    if constexpr (DB >= 4) {
+      for (; d + 4 * W <= D; d += 4 * W) pv_step<NR, 4>(p, vrows, n, D, d, acc);
+    }
+    if constexpr (DB >= 2) {
+      for (; d + 2 * W <= D; d += 2 * W) pv_step<NR, 2>(p, vrows, n, D, d, acc);
+    }
+    for (; d < D; d += W) pv_step<NR, 1>(p, vrows, n, D, d, acc);
   }
 
   template <class F>
@@ -163,22 +242,37 @@ struct AttentionKernel {
     const int end = row_end(num_rows - 1);
 
     alignas(64) float s[kMaxRowBlock * kTileTokens];  // scores, then weights
-    typename KL::Row krows[kTileTokens];
-    typename VL::Row vrows[kTileTokens];
+    KRow krows[kTileTokens];
+    VRow vrows[kTileTokens];
+    // Calls visit(i, k_block, v_block, slot_begin, slot_end) for each run of
+    // tokens [t0, t1) that share a block; i is the run's first token minus t0.
+    auto visit_runs = [&](int t0, int t1, auto&& visit) {
+      for (int t = t0; t < t1;) {
+        const size_t block = static_cast<size_t>(w.block_table[t / bs]);
+        const int slot = t % bs;
+        const int run = min_int(bs - slot, t1 - t);
+        visit(t - t0, w.k_arena + block * w.k_block_bytes, w.v_arena + block * w.v_block_bytes, slot, slot + run);
+        t += run;
+      }
+    };
+    // Blocks sit at random places in the arena, where no hardware prefetcher
+    // looks: fetch the rows kPrefetchTiles tiles ahead of the one computing.
+    auto prefetch_tokens = [&](int t0, int t1) {
+      visit_runs(t0, min_int(t1, end), [&](int, const std::byte* kb, const std::byte* vb, int s0, int s1) {
+        KL::prefetch_slots(kb, w.layout, task.kv_head, s0, s1);
+        VL::prefetch_slots(vb, w.layout, task.kv_head, s0, s1);
+      });
+    };
+    prefetch_tokens(task.token_begin, task.token_begin + kPrefetchTiles * kTileTokens);
     for (int t0 = task.token_begin; t0 < end; t0 += kTileTokens) {
       const int t1 = min_int(t0 + kTileTokens, end);
-      // A tile may span blocks: address each token's rows through the block table.
-      int block_idx = t0 / bs;
-      int slot = t0 % bs;
-      for (int t = t0; t < t1; ++t) {
-        const size_t block = static_cast<size_t>(w.block_table[block_idx]);
-        krows[t - t0] = KL::row(w.k_arena + block * w.k_block_bytes, w.layout, task.kv_head, slot);
-        vrows[t - t0] = VL::row(w.v_arena + block * w.v_block_bytes, w.layout, task.kv_head, slot);
-        if (++slot == bs) {
-          slot = 0;
-          ++block_idx;
+      prefetch_tokens(t0 + kPrefetchTiles * kTileTokens, t1 + kPrefetchTiles * kTileTokens);
+      visit_runs(t0, t1, [&](int i, const std::byte* kb, const std::byte* vb, int s0, int s1) {
+        for (int slot = s0; slot < s1; ++slot, ++i) {
+          krows[i] = KL::row(kb, w.layout, task.kv_head, slot);
+          vrows[i] = VL::row(vb, w.layout, task.kv_head, slot);
         }
-      }
+      });
       for (int r0 = 0; r0 < num_rows; r0 += kMaxRowBlock) {
         const int nr = min_int(kMaxRowBlock, num_rows - r0);
         const int n = min_int(t1, row_end(r0 + nr - 1)) - t0;  // tokens the block's last row sees
@@ -237,3 +331,5 @@ AttentionKernelFn select_kernel(KvType k_type, KvType v_type) {
 
 }  // namespace
 }  // namespace kvlm::attention_internal
+
+#undef KVLM_ATTENTION_UNROLL

@@ -36,12 +36,16 @@ enum class AttentionIsa {
 
 // Query head h reads kv head h / (num_heads / num_kv_heads). K and V are read
 // straight from their blocks in the storage's encoding (decoded in registers),
-// each row once per group of query heads. Softmax is online, in f32.
+// each row once per group of query heads (once per 8 heads of larger groups)
+// and query: up to 8 (query, head) rows share every decoded K/V vector.
+// Softmax is online, in f32.
 // Work is split across (kv head, query tile) and, when that gives too few
 // tasks, across chunks of the context (flash-decoding), merged at the end. The
 // split depends on the shapes only, never on the thread count, so results are
 // bitwise the same for any number of threads.
 // Arguments are checked (KVLM_CHECK): they come from the model, not the user.
+// Uses `pool` for its own tasks, so it must not be called from inside a task of
+// the same pool (ThreadPool::run is not reentrant).
 void paged_attention(const PagedAttentionArgs& args, ThreadPool& pool, AttentionIsa isa = AttentionIsa::kAuto);
 
 // The kernel family kAuto or `isa` resolves to for this head_dim on this CPU.

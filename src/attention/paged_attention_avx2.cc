@@ -30,6 +30,28 @@ struct Avx2Ops {
     x = _mm_max_ss(x, _mm_movehdup_ps(x));
     return _mm_cvtss_f32(x);
   }
+  // 16 registers: NR × TB accumulators + TB keys + a query; NR × DB accumulators + NR weights + a value.
+  template <int NR>
+  static constexpr int qk_tokens() { return NR <= 2 ? 4 : NR <= 4 ? 2 : 1; }
+  template <int NR>
+  static constexpr int pv_chunks() { return NR == 1 ? 8 : NR == 2 ? 4 : NR <= 4 ? 2 : 1; }
+  template <int N>
+  static void reduce_add_n(const Reg* v, float* out) {
+    if constexpr (N == 1) {
+      out[0] = reduce_add(v[0]);
+    } else if constexpr (N == 2) {
+      const __m256 h = _mm256_hadd_ps(v[0], v[1]);  // [a01 a23 b01 b23 | a45 a67 b45 b67]
+      __m128 x = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+      x = _mm_hadd_ps(x, x);  // [a b a b]
+      _mm_storel_pi(reinterpret_cast<__m64*>(out), x);
+    } else {
+      static_assert(N == 4);
+      const __m256 ab = _mm256_hadd_ps(v[0], v[1]);
+      const __m256 cd = _mm256_hadd_ps(v[2], v[3]);
+      const __m256 abcd = _mm256_hadd_ps(ab, cd);  // [a b c d | a b c d], halves of each sum
+      _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1)));
+    }
+  }
   // e^x as 2^n × e^r with |r| <= ln2/2 and a degree-6 polynomial for e^r
   // (Cephes expf coefficients, about 1 ulp); 0 below -87.3, the f32 normal range.
   static Reg exp(Reg x) {

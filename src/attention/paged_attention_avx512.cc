@@ -39,6 +39,44 @@ struct Avx512Ops {
     x = _mm_max_ss(x, _mm_movehdup_ps(x));
     return _mm_cvtss_f32(x);
   }
+  // 32 registers: NR × TB accumulators + TB keys + a query; NR × DB accumulators + NR weights + a value.
+  template <int NR>
+  static constexpr int qk_tokens() { return NR <= 4 ? 4 : 2; }
+  template <int NR>
+  static constexpr int pv_chunks() { return NR <= 2 ? 8 : NR <= 4 ? 4 : 2; }
+  // Sums of N vectors at once: halve the 512-bit lanes while interleaving the
+  // vectors, so N sums cost about as much as one.
+  template <int N>
+  static void reduce_add_n(const Reg* v, float* out) {
+    if constexpr (N == 1) {
+      out[0] = reduce_add(v[0]);
+    } else if constexpr (N == 2) {
+      // [a.q0+a.q2, a.q1+a.q3, b.q0+b.q2, b.q1+b.q3] (q = 128-bit quarter)
+      Reg x = _mm512_add_ps(_mm512_shuffle_f32x4(v[0], v[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                            _mm512_shuffle_f32x4(v[0], v[1], _MM_SHUFFLE(3, 2, 3, 2)));
+      x = _mm512_add_ps(x, _mm512_shuffle_f32x4(x, x, _MM_SHUFFLE(2, 3, 0, 1)));  // [a4 a4 b4 b4]
+      out[0] = reduce_quarter(_mm512_castps512_ps128(x));
+      out[1] = reduce_quarter(_mm512_extractf32x4_ps(x, 2));
+    } else {
+      static_assert(N == 4);
+      const Reg ab = _mm512_add_ps(_mm512_shuffle_f32x4(v[0], v[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_f32x4(v[0], v[1], _MM_SHUFFLE(3, 2, 3, 2)));
+      const Reg cd = _mm512_add_ps(_mm512_shuffle_f32x4(v[2], v[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_f32x4(v[2], v[3], _MM_SHUFFLE(3, 2, 3, 2)));
+      // [a4 b4 c4 d4]: quarter i holds four partial sums of vector i.
+      Reg x = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(2, 0, 2, 0)),
+                            _mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
+      x = _mm512_add_ps(x, _mm512_permute_ps(x, _MM_SHUFFLE(1, 0, 3, 2)));
+      x = _mm512_add_ps(x, _mm512_permute_ps(x, _MM_SHUFFLE(2, 3, 0, 1)));  // every lane of quarter i: sum i
+      const __m512i first_lanes = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0);
+      _mm_storeu_ps(out, _mm512_castps512_ps128(_mm512_permutexvar_ps(first_lanes, x)));
+    }
+  }
+  static float reduce_quarter(__m128 x) {
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_add_ss(x, _mm_movehdup_ps(x));
+    return _mm_cvtss_f32(x);
+  }
   // Same method and constants as the AVX2 exp; scalef applies 2^n.
   static Reg exp(Reg x) {
     const Reg lo = _mm512_set1_ps(-87.33654f);

@@ -22,6 +22,15 @@ struct ScalarOps {
   static float reduce_add(Reg v) { return v; }
   static float reduce_max(Reg v) { return v; }
   static Reg exp(Reg x) { return std::exp(x); }
+  // One lane: no register blocking to gain.
+  template <int NR>
+  static constexpr int qk_tokens() { return 1; }
+  template <int NR>
+  static constexpr int pv_chunks() { return 1; }
+  template <int N>
+  static void reduce_add_n(const Reg* v, float* out) {
+    for (int i = 0; i < N; ++i) out[i] = v[i];
+  }
 };
 
 struct F32Scalar : PlainRows<float> {

@@ -36,6 +36,7 @@ CpuFeatures detect() {
   f.avx512f = os_avx512 && (ebx & (1u << 16));
   f.avx512bw = os_avx512 && (ebx & (1u << 30));
   f.avx512vl = os_avx512 && (ebx & (1u << 31));
+  f.avx512dq = os_avx512 && (ebx & (1u << 17));
   f.avx512vnni = os_avx512 && (ecx & (1u << 11));
   f.amx_bf16 = os_amx && (edx & (1u << 22));
   f.amx_tile = os_amx && (edx & (1u << 24));
@@ -65,6 +66,7 @@ std::string CpuFeatures::summary() const {
   add(avx512f, "avx512f");
   add(avx512bw, "avx512bw");
   add(avx512vl, "avx512vl");
+  add(avx512dq, "avx512dq");
   add(avx512vnni, "avx512vnni");
   add(avx512bf16, "avx512bf16");
   add(avx_vnni, "avx_vnni");

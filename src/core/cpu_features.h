@@ -12,6 +12,7 @@ struct CpuFeatures {
   bool avx512f = false;
   bool avx512bw = false;
   bool avx512vl = false;
+  bool avx512dq = false;
   bool avx512vnni = false;
   bool avx512bf16 = false;
   bool avx_vnni = false;

@@ -20,7 +20,9 @@ class GgufParser {
   // Limits that real files stay far below; they bound memory and recursion for corrupt ones.
   static constexpr uint32_t kMaxDims = 8;
   static constexpr int kMaxArrayDepth = 8;                  // levels of arrays inside arrays
-  static constexpr uint64_t kMaxMetadataValues = 1ull << 24;  // all values and array elements together
+  // All values and array elements together. Real vocabularies need under 1M (a 256k vocab with
+  // scores and types is ~770k); 4M bounds what a hostile file can make us allocate (~370 MB).
+  static constexpr uint64_t kMaxMetadataValues = 1ull << 22;
   static constexpr uint64_t kMaxAlignment = 1ull << 30;
   // Smallest encodings, used to reject counts that cannot fit in the remaining bytes.
   static constexpr uint64_t kMinKeyValueBytes = 8 + 4 + 1;                // key length, type, 1-byte value

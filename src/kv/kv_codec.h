@@ -16,8 +16,10 @@ namespace kvlm {
 //
 // Attention kernels do not call these virtual functions per value: they dispatch
 // on type() once per call and read blocks through a loader type that knows the
-// same layout (see attention/kv_loaders_*.h). encode_token/decode_token are the
-// slow, obviously correct path for writes, tests and debugging.
+// same layout and decodes in registers (attention/attention_kernel_impl.h and
+// the paged_attention_<isa>.cc files: one loader per codec and ISA).
+// encode_token/decode_token are the slow, obviously correct path for writes,
+// tests and debugging.
 //
 // Codecs whose encoding spans a whole block (KIVI keys per channel) will encode
 // a block when its last slot is written; until then the tail block keeps full

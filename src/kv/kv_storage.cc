@@ -1,12 +1,13 @@
 #include "kv/kv_storage.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <new>
 #include <optional>
 #include <string>
 #include <utility>
-#include <new>
 
 #include "core/check.h"
 
@@ -14,6 +15,12 @@ namespace kvlm {
 namespace {
 
 constexpr size_t kArenaAlignment = 64;  // a cache line: SIMD rows never straddle one needlessly
+// Arenas of at least a huge page are aligned to one and advised to use huge
+// pages: attention reads blocks scattered over the arena, and with 4 KiB pages
+// every block costs TLB misses.
+constexpr size_t kHugePageBytes = size_t{2} << 20;
+
+size_t arena_alignment(size_t bytes) { return bytes >= kHugePageBytes ? kHugePageBytes : kArenaAlignment; }
 
 // Physical memory of the machine, or 0 when unknown.
 size_t physical_memory_bytes() {
@@ -35,7 +42,7 @@ double gib(size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 
 }  // namespace
 
 void KvStorage::AlignedFree::operator()(std::byte* p) const {
-  ::operator delete[](p, std::align_val_t{kArenaAlignment});
+  ::operator delete[](p, std::align_val_t{alignment});
 }
 
 Result<std::unique_ptr<KvStorage>> KvStorage::create(const KvLayout& layout, KvType k_type, KvType v_type,
@@ -90,14 +97,16 @@ Status KvStorage::init(const KvLayout& layout, KvType k_type, KvType v_type, int
   for (int l = 0; l < layout.num_layers; ++l) {
     for (auto [arenas, bytes] : {std::pair{&k_arenas_, k_block_bytes_ * num_blocks},
                                  std::pair{&v_arenas_, v_block_bytes_ * num_blocks}}) {
-      auto* p = static_cast<std::byte*>(::operator new[](bytes, std::align_val_t{kArenaAlignment}, std::nothrow));
+      const size_t alignment = arena_alignment(bytes);
+      auto* p = static_cast<std::byte*>(::operator new[](bytes, std::align_val_t{alignment}, std::nothrow));
       if (p == nullptr) {
         k_arenas_.clear();
         v_arenas_.clear();
         return Status::errorf("{}: out of memory allocating {:.2f} GiB per arena ({:.2f} GiB in all)", what,
                               gib(bytes), gib(*total));
       }
-      arenas->emplace_back(p);
+      if (alignment == kHugePageBytes) madvise(p, bytes, MADV_HUGEPAGE);  // a hint: failure changes nothing
+      arenas->emplace_back(p, AlignedFree{alignment});
     }
   }
   return Status::ok_status();

@@ -45,7 +45,8 @@ class KvStorage {
   std::byte* mutable_k_block(int layer, BlockId block);
   std::byte* mutable_v_block(int layer, BlockId block);
   // Whole arenas, for kernels that compute block addresses themselves:
-  // block b starts at k_arena(layer) + b * k_block_bytes(). 64-byte aligned.
+  // block b starts at k_arena(layer) + b * k_block_bytes(). 64-byte aligned
+  // (2 MiB, on huge pages where the OS allows, for arenas of 2 MiB or more).
   const std::byte* k_arena(int layer) const;  // [num_blocks, k_block_bytes()]
   const std::byte* v_arena(int layer) const;  // [num_blocks, v_block_bytes()]
   size_t k_block_bytes() const { return k_block_bytes_; }  // one layer, one block, K
@@ -72,6 +73,7 @@ class KvStorage {
 
  private:
   struct AlignedFree {
+    size_t alignment = 0;  // what the arena was allocated with
     void operator()(std::byte* p) const;
   };
   using Arena = std::unique_ptr<std::byte[], AlignedFree>;

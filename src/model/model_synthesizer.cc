@@ -48,11 +48,11 @@ const std::vector<NamedPreset>& presets() {
       {"llama-3.2-1b", make_shape("llama", 16, 2048, 32, 8, 64, 8192, 128256, 131072, 500000.0f, 1e-5f, true, false)},
       {"llama-2-7b", make_shape("llama", 32, 4096, 32, 32, 128, 11008, 32000, 4096, 10000.0f, 1e-5f, false, false)},
       // Tiny models for tests, one per attention kind.
-      {"tiny-mha", make_shape("llama", 2, 64, 4, 4, 16, 128, 300, 256, 10000.0f, 1e-5f, true, false)},
-      {"tiny-gqa", make_shape("llama", 2, 64, 8, 2, 8, 128, 300, 256, 10000.0f, 1e-5f, true, false)},
-      {"tiny-mqa", make_shape("llama", 2, 64, 8, 1, 8, 128, 300, 256, 10000.0f, 1e-5f, true, false)},
-      {"tiny-untied", make_shape("llama", 2, 64, 4, 2, 16, 128, 300, 256, 10000.0f, 1e-5f, false, false)},
-      {"qwen2-tiny", make_shape("qwen2", 2, 64, 4, 2, 16, 128, 300, 256, 1000000.0f, 1e-6f, true, true)},
+      {"tiny-mha", make_shape("llama", 2, 64, 4, 4, 16, 128, 512, 256, 10000.0f, 1e-5f, true, false)},
+      {"tiny-gqa", make_shape("llama", 2, 64, 8, 2, 8, 128, 512, 256, 10000.0f, 1e-5f, true, false)},
+      {"tiny-mqa", make_shape("llama", 2, 64, 8, 1, 8, 128, 512, 256, 10000.0f, 1e-5f, true, false)},
+      {"tiny-untied", make_shape("llama", 2, 64, 4, 2, 16, 128, 512, 256, 10000.0f, 1e-5f, false, false)},
+      {"qwen2-tiny", make_shape("qwen2", 2, 64, 4, 2, 16, 128, 512, 256, 1000000.0f, 1e-6f, true, true)},
   };
   return kPresets;
 }

@@ -48,6 +48,7 @@ enum class SpecialTokens {
             // among those; SPM adds its dummy prefix again after each one, as llama.cpp does.
 };
 
+// Immutable after create(): encode, decode and token_to_piece may run on many threads at once.
 class Tokenizer {
  public:
   // Validates the vocabulary (array sizes, ids in range, token types, merge syntax) and

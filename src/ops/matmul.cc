@@ -66,31 +66,71 @@ ActivationBuffer& scratch_activations() {
   return buffer;
 }
 
+ActivationBuffer& scratch_token_groups() {
+  thread_local ActivationBuffer buffer;
+  return buffer;
+}
+
 }  // namespace
 
-QuantizedActivations ActivationBuffer::view(int64_t num_tokens, int64_t num_blocks) {
+uint8_t* ActivationBuffer::reserve(int64_t bytes) {
   constexpr int64_t kAlign = 64;
-  const int64_t qs_bytes = num_tokens * num_blocks * 32;
-  const int64_t lane_bytes = num_tokens * num_blocks * 8 * 4;
-  const int64_t needed = qs_bytes + 2 * lane_bytes + 3 * kAlign;
-  if (needed > capacity_) {
-    capacity_ = std::max(needed, capacity_ * 2);
+  if (bytes + kAlign > capacity_) {
+    capacity_ = std::max(bytes + kAlign, capacity_ * 2);
     storage_ = std::make_unique<uint8_t[]>(static_cast<size_t>(capacity_));
   }
-  auto align = [](uint8_t* p) {
-    return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(p) + kAlign - 1) & ~uintptr_t{kAlign - 1});
-  };
+  const uintptr_t base = reinterpret_cast<uintptr_t>(storage_.get());
+  return reinterpret_cast<uint8_t*>((base + kAlign - 1) & ~uintptr_t{kAlign - 1});
+}
+
+QuantizedActivations ActivationBuffer::view(int64_t num_tokens, int64_t num_blocks) {
+  // qs and bias sizes are multiples of 32 bytes; scales go last.
+  const int64_t num = num_tokens * num_blocks;
+  uint8_t* p = reserve(num * QuantizedActivations::bytes_per_token(1));
   QuantizedActivations q;
   q.num_tokens = num_tokens;
   q.num_blocks = num_blocks;
-  uint8_t* p = align(storage_.get());
   q.qs = reinterpret_cast<int8_t*>(p);
-  p = align(p + qs_bytes);
-  q.scales = reinterpret_cast<float*>(p);
-  p = align(p + lane_bytes);
-  q.bias = reinterpret_cast<int32_t*>(p);
+  q.bias = reinterpret_cast<int32_t*>(p + num * 32);
+  q.scales = reinterpret_cast<float*>(p + num * (32 + 32));
   return q;
 }
+
+TokenGroupActivations ActivationBuffer::group_view(int64_t num_groups, int64_t num_blocks) {
+  constexpr int64_t kTokens = TokenGroupActivations::kTokens;
+  const int64_t num = num_groups * num_blocks;
+  uint8_t* p = reserve(num * kTokens * TokenGroupActivations::bytes_per_token(1));
+  TokenGroupActivations g;
+  g.num_groups = num_groups;
+  g.num_blocks = num_blocks;
+  g.qs = reinterpret_cast<int8_t*>(p);
+  g.scales = reinterpret_cast<float*>(p + num * kTokens * 32);
+  g.bias = reinterpret_cast<int32_t*>(p + num * kTokens * (32 + 4));
+  return g;
+}
+
+void interleave_token_groups(const QuantizedActivations& xq, int64_t group_begin, int64_t group_end,
+                             const TokenGroupActivations& out) {
+  constexpr int64_t kTokens = TokenGroupActivations::kTokens;
+  const int64_t num_blocks = xq.num_blocks;
+  for (int64_t g = group_begin; g < group_end; ++g) {
+    for (int64_t b = 0; b < num_blocks; ++b) {
+      const int64_t group_block = g * num_blocks + b;
+      for (int64_t i = 0; i < kTokens; ++i) {
+        const int64_t token_block = (g * kTokens + i) * num_blocks + b;
+        for (int lane = 0; lane < 8; ++lane) {
+          std::memcpy(out.qs + (group_block * 8 + lane) * kTokens * 4 + i * 4, xq.qs + token_block * 32 + lane * 4, 4);
+        }
+        int32_t bias = 0;
+        for (int lane = 0; lane < 8; ++lane) bias += xq.bias[token_block * 8 + lane];
+        out.scales[group_block * kTokens + i] = xq.scales[token_block];
+        out.bias[group_block * kTokens + i] = bias;
+      }
+    }
+  }
+}
+
+bool uses_token_groups(Isa isa, GgmlType type) { return isa == Isa::kAvx512 && is_quantized(type); }
 
 int32_t activation_bias_offset(Isa isa, GgmlType type) {
   if (type == GgmlType::kQ4_0) return 8;
@@ -112,6 +152,8 @@ void matmul_with_isa(Isa isa, const WeightMatrix& w, const float* x, float* y, i
   problem.y = y;
   int64_t bytes_per_token = w.cols * static_cast<int64_t>(sizeof(float));
   QuantizedActivations xq;
+  TokenGroupActivations xg;
+  int64_t num_groups = 0;  // full groups of 16 tokens for the token-group kernel
   if (is_quantized(w.type)) {
     const int64_t num_blocks = w.cols / 32;
     xq = scratch_activations().view(num_tokens, num_blocks);
@@ -122,19 +164,35 @@ void matmul_with_isa(Isa isa, const WeightMatrix& w, const float* x, float* y, i
     });
     problem.xq = &xq;
     bytes_per_token = QuantizedActivations::bytes_per_token(num_blocks);
+    if (uses_token_groups(isa, w.type)) num_groups = num_tokens / TokenGroupActivations::kTokens;
+    if (num_groups > 0) {
+      xg = scratch_token_groups().group_view(num_groups, num_blocks);
+      pool.parallel_for(num_groups, 1, [&](int64_t begin, int64_t end) {
+        interleave_token_groups(xq, begin, end, xg);
+      });
+      problem.xg = &xg;
+    }
   }
 
-  const int64_t tokens_per_chunk =
-      std::max<int64_t>(8, kActivationBytesPerChunk / bytes_per_token / 8 * 8);
-  const int64_t num_groups = (w.rows + kRowGroup - 1) / kRowGroup;
-  const int64_t macs_per_group = kRowGroup * w.cols * num_tokens;
-  const int64_t min_groups = std::max<int64_t>(1, (kMinMacsPerChunk + macs_per_group - 1) / macs_per_group);
+  const int64_t tokens_per_chunk = std::max<int64_t>(8, kActivationBytesPerChunk / bytes_per_token / 8 * 8);
+  const int64_t group_bytes = TokenGroupActivations::kTokens * TokenGroupActivations::bytes_per_token(w.cols / 32);
+  const int64_t groups_per_chunk = std::max<int64_t>(1, kActivationBytesPerChunk / std::max<int64_t>(1, group_bytes));
+  const int64_t first_ungrouped = num_groups * TokenGroupActivations::kTokens;
+  const int64_t num_row_groups = (w.rows + kRowGroup - 1) / kRowGroup;
+  const int64_t macs_per_row_group = kRowGroup * w.cols * num_tokens;
+  const int64_t min_row_groups =
+      std::max<int64_t>(1, (kMinMacsPerChunk + macs_per_row_group - 1) / macs_per_row_group);
   const MatmulRowsFn rows = rows_fn(isa);
-  pool.parallel_for(num_groups, min_groups, [&](int64_t group_begin, int64_t group_end) {
-    const int64_t row_begin = group_begin * kRowGroup;
-    const int64_t row_end = std::min(w.rows, group_end * kRowGroup);
+  pool.parallel_for(num_row_groups, min_row_groups, [&](int64_t begin, int64_t end) {
+    const int64_t row_begin = begin * kRowGroup;
+    const int64_t row_end = std::min(w.rows, end * kRowGroup);
     MatmulProblem chunk = problem;
-    for (int64_t t = 0; t < num_tokens; t += tokens_per_chunk) {
+    for (int64_t g = 0; g < num_groups; g += groups_per_chunk) {
+      chunk.group_begin = g;
+      chunk.group_end = std::min(num_groups, g + groups_per_chunk);
+      matmul_token_groups_avx512(chunk, row_begin, row_end);
+    }
+    for (int64_t t = first_ungrouped; t < num_tokens; t += tokens_per_chunk) {
       chunk.token_begin = t;
       chunk.token_end = std::min(num_tokens, t + tokens_per_chunk);
       rows(chunk, row_begin, row_end);

@@ -103,11 +103,11 @@ struct Q8_0Kernel {
     const int64_t num_blocks = xq.num_blocks;
     const uint8_t* rows[R];
     const int8_t* qs[T];     // [num_blocks, 32] of token t
-    const float* scales[T];  // [num_blocks, 8]
+    const float* scales[T];  // [num_blocks]
     for (int r = 0; r < R; ++r) rows[r] = w.data + static_cast<uint64_t>(r0 + r) * w.row_bytes;
     for (int t = 0; t < T; ++t) {
       qs[t] = xq.qs + (t0 + t) * num_blocks * 32;
-      scales[t] = xq.scales + (t0 + t) * num_blocks * 8;
+      scales[t] = xq.scales + (t0 + t) * num_blocks;
     }
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[R][T];
@@ -130,7 +130,7 @@ struct Q8_0Kernel {
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
         const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs[t] + b * 32));
-        const __m256 xd = _mm256_loadu_ps(scales[t] + b * 8);
+        const __m256 xd = _mm256_broadcast_ss(scales[t] + b);
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
           const __m256i pairs = _mm256_maddubs_epi16(wabs[r], _mm256_sign_epi8(xv, wq[r]));
@@ -157,12 +157,12 @@ struct Q4_0Kernel {
     const int64_t num_blocks = xq.num_blocks;
     const uint8_t* rows[R];
     const int8_t* qs[T];     // [num_blocks, 32] of token t
-    const float* scales[T];  // [num_blocks, 8]
+    const float* scales[T];  // [num_blocks]
     const int32_t* bias[T];  // [num_blocks, 8]
     for (int r = 0; r < R; ++r) rows[r] = w.data + static_cast<uint64_t>(r0 + r) * w.row_bytes;
     for (int t = 0; t < T; ++t) {
       qs[t] = xq.qs + (t0 + t) * num_blocks * 32;
-      scales[t] = xq.scales + (t0 + t) * num_blocks * 8;
+      scales[t] = xq.scales + (t0 + t) * num_blocks;
       bias[t] = xq.bias + (t0 + t) * num_blocks * 8;
     }
     const __m256i ones = _mm256_set1_epi16(1);
@@ -186,7 +186,7 @@ struct Q4_0Kernel {
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
         const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs[t] + b * 32));
-        const __m256 xd = _mm256_loadu_ps(scales[t] + b * 8);
+        const __m256 xd = _mm256_broadcast_ss(scales[t] + b);
         const __m256i xb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bias[t] + b * 8));
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
@@ -201,12 +201,10 @@ struct Q4_0Kernel {
   }
 };
 
-// Full tiles where they fit; leftover rows and tokens run 1-wide tiles, which compute each
-// element with exactly the same operations.
-template <class Kernel>
+// Full R × T tiles where they fit; leftover rows and tokens run 1-wide tiles, which compute
+// each element with exactly the same operations.
+template <class Kernel, int R, int T>
 void run_tiles(const MatmulProblem& p, int64_t row_begin, int64_t row_end) {
-  constexpr int R = Kernel::kRows;
-  constexpr int T = Kernel::kTokens;
   int64_t r = row_begin;
   for (; r + R <= row_end; r += R) {
     int64_t t = p.token_begin;
@@ -218,6 +216,14 @@ void run_tiles(const MatmulProblem& p, int64_t row_begin, int64_t row_end) {
     for (; t + T <= p.token_end; t += T) Kernel::template tile<1, T>(p, r, t);
     for (; t < p.token_end; ++t) Kernel::template tile<1, 1>(p, r, t);
   }
+}
+
+// A single token streams quantized rows one at a time: one sequential stream is what the
+// hardware prefetcher follows best, and there is no token to share a loaded row with.
+template <class Kernel>
+void run_kernel_tiles(const MatmulProblem& p, int64_t row_begin, int64_t row_end) {
+  if (p.token_end - p.token_begin < Kernel::kTokens) return run_tiles<Kernel, 1, 1>(p, row_begin, row_end);
+  run_tiles<Kernel, Kernel::kRows, Kernel::kTokens>(p, row_begin, row_end);
 }
 
 }  // namespace
@@ -253,7 +259,7 @@ void quantize_activations_avx2(const float* x, int64_t cols, int64_t token_begin
       const __m256i q16b = _mm256_packs_epi32(q32[2], q32[3]);
       const __m256i q = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(q16a, q16b), unshuffle);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.qs + block_idx * 32), q);
-      _mm256_storeu_ps(out.scales + block_idx * 8, _mm256_set1_ps(d));
+      out.scales[block_idx] = d;
       if (bias_offset != 0) {
         const __m256i lane_sums = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q), ones16);
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.bias + block_idx * 8),
@@ -266,15 +272,15 @@ void quantize_activations_avx2(const float* x, int64_t cols, int64_t token_begin
 void matmul_rows_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_end) {
   switch (p.w->type) {
     case GgmlType::kF32:
-      return run_tiles<FloatKernel<F32Row>>(p, row_begin, row_end);
+      return run_tiles<FloatKernel<F32Row>, FloatKernel<F32Row>::kRows, FloatKernel<F32Row>::kTokens>(p, row_begin, row_end);
     case GgmlType::kF16:
-      return run_tiles<FloatKernel<F16Row>>(p, row_begin, row_end);
+      return run_tiles<FloatKernel<F16Row>, FloatKernel<F16Row>::kRows, FloatKernel<F16Row>::kTokens>(p, row_begin, row_end);
     case GgmlType::kBF16:
-      return run_tiles<FloatKernel<Bf16Row>>(p, row_begin, row_end);
+      return run_tiles<FloatKernel<Bf16Row>, FloatKernel<Bf16Row>::kRows, FloatKernel<Bf16Row>::kTokens>(p, row_begin, row_end);
     case GgmlType::kQ8_0:
-      return run_tiles<Q8_0Kernel>(p, row_begin, row_end);
+      return run_kernel_tiles<Q8_0Kernel>(p, row_begin, row_end);
     case GgmlType::kQ4_0:
-      return run_tiles<Q4_0Kernel>(p, row_begin, row_end);
+      return run_kernel_tiles<Q4_0Kernel>(p, row_begin, row_end);
     default:
       KVLM_CHECK(false, "matmul_rows_avx2: weight type {}", ggml_type_name(p.w->type));
   }

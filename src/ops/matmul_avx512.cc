@@ -6,6 +6,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/check.h"
@@ -17,16 +18,14 @@ namespace {
 // 4 × 4 tiles: 16 accumulators plus the tile's weight vectors and scales fit in 32 registers.
 constexpr int kRows = 4;
 constexpr int kTokens = 4;
-
-inline uint16_t read_u16(const uint8_t* p) {
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
-}
+// Weights are prefetched this many rows ahead of the tile: the hardware prefetcher alone
+// leaves single-thread decode well short of DRAM bandwidth when a tile streams 4 rows.
+constexpr int64_t kPrefetchRows = 8;
 
 // ---- F32 / F16 / BF16: 16 columns per step, converted in registers, FMA with f32 x. ----
 
 struct F32Row {
+  static constexpr int kBytes = 4;
   static __m512 load(const uint8_t* row, int64_t c) {
     return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + c);
   }
@@ -36,6 +35,7 @@ struct F32Row {
 };
 
 struct F16Row {
+  static constexpr int kBytes = 2;
   static __m512 load(const uint8_t* row, int64_t c) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * c)));
   }
@@ -46,6 +46,7 @@ struct F16Row {
 
 // bf16 is the upper half of an f32: widen and shift.
 struct Bf16Row {
+  static constexpr int kBytes = 2;
   static __m512 widen(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
   static __m512 load(const uint8_t* row, int64_t c) {
     return widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * c)));
@@ -70,11 +71,15 @@ struct FloatKernel {
 #pragma GCC unroll 16
       for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
     }
+    const int64_t ahead = kPrefetchRows * static_cast<int64_t>(w.row_bytes);
     int64_t c = 0;
     for (; c + 16 <= w.cols; c += 16) {
       __m512 wv[R];
 #pragma GCC unroll 16
-      for (int r = 0; r < R; ++r) wv[r] = Row::load(rows[r], c);
+      for (int r = 0; r < R; ++r) {
+        _mm_prefetch(reinterpret_cast<const char*>(rows[r] + ahead + c * Row::kBytes), _MM_HINT_T0);
+        wv[r] = Row::load(rows[r], c);
+      }
 #pragma GCC unroll 16
       for (int t = 0; t < T; ++t) {
         const __m512 xv = _mm512_loadu_ps(xs[t] + c);
@@ -100,70 +105,151 @@ struct FloatKernel {
   }
 };
 
-// ---- Q8_0 / Q4_0: two blocks (64 weights) per step, integer dots with vpdpbusd. ----
+// ---- Q8_0 / Q4_0: integer dots with vpdpbusd, scaled per block in f32. ----
+//
+// vpdpbusd multiplies unsigned by signed bytes, so weights enter as unsigned (Q8_0 + 128,
+// Q4_0 nibbles as stored) and the activation bias lanes (activation_bias_offset) take the
+// offset back out. Each int32 lane sums 4 products of one block; after the integer dots of
+// a step, lanes are converted and scaled by d_w·d_x of their block.
 
-// [d0 ×8, d1 ×8] as f32: the scale of each int32 lane of a two-block step.
-inline __m512 pair_scales(uint16_t d0, uint16_t d1) {
-  const __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(static_cast<short>(d0))),
-                                            _mm_set1_epi16(static_cast<short>(d1)), 1);
-  return _mm512_cvtph_ps(h);
-}
-
-// vpdpbusd multiplies unsigned by signed bytes: Q8_0 weights are shifted by +128
-// (activation_bias_offset), which the activation bias lanes take back out.
-struct Q8_0Blocks {
+// Q8_0, two blocks per step: lanes 0-7 are block b, lanes 8-15 block b+1. kValid is 1 only
+// for the last block of an odd count, which fills the lower half (zeros above).
+// The f16 scales (words 0 and 17 of the pair) come out of one 64-byte load with vpermw.
+struct Q8_0Steps {
   static constexpr int64_t kBlockBytes = sizeof(BlockQ8_0);
-  static void load_pair(const uint8_t* blocks, __m512i& q, __m512& d) {
-    const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blocks + 2));
-    const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blocks + kBlockBytes + 2));
-    q = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), _mm512_set1_epi8(-128));
-    d = pair_scales(read_u16(blocks), read_u16(blocks + kBlockBytes));
-  }
-  // The last block of an odd count, in the lower half; the upper half is zero.
-  static void load_last(const uint8_t* block, __m512i& q, __m512& d) {
+  static constexpr int kBlocksPerStep = 2;
+
+  template <int kValid>
+  static void load_blocks(const uint8_t* block, __m512i& q, __m512& d) {
+    alignas(64) static constexpr int16_t kScaleWords[32] = {0, 0, 0, 0, 0, 0, 0, 0, 17, 17, 17, 17, 17, 17, 17, 17};
     const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2));
-    q = _mm512_zextsi256_si512(_mm256_xor_si256(lo, _mm256_set1_epi8(-128)));
-    d = pair_scales(read_u16(block), 0);
+    const __m256i hi = kValid == 2 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + kBlockBytes + 2))
+                                   : _mm256_setzero_si256();
+    q = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), _mm512_set1_epi8(-128));
+    const __m512i head = _mm512_maskz_loadu_epi8(kValid == 2 ? ~__mmask64{0} : __mmask64{(1ull << 34) - 1}, block);
+    d = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_load_si512(kScaleWords), head)));
+    if (kValid == 1) d = _mm512_maskz_mov_ps(0x00ff, d);
+  }
+
+  template <int kValid, int R, int T>
+  [[gnu::always_inline]] static inline void step(const uint8_t* const* rows, const int8_t* const* qs,
+                                                 const float* const* scales, const int32_t* const* bias, int64_t b,
+                                                 __m512 (&acc)[R][T], int64_t ahead) {
+    const __m512i pair_lanes = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    __m512i wq[R];
+    __m512 wd[R];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      _mm_prefetch(reinterpret_cast<const char*>(rows[r] + ahead + b * kBlockBytes), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(rows[r] + ahead + b * kBlockBytes + 64), _MM_HINT_T0);
+      load_blocks<kValid>(rows[r] + b * kBlockBytes, wq[r], wd[r]);
+    }
+    const __mmask64 x_mask = kValid == 2 ? ~__mmask64{0} : __mmask64{0xffffffff};
+    const __mmask16 lane_mask = kValid == 2 ? 0xffff : 0x00ff;
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) {
+      const __m512i xv = _mm512_maskz_loadu_epi8(x_mask, qs[t] + b * 32);
+      const __m512i xb = _mm512_maskz_loadu_epi32(lane_mask, bias[t] + b * 8);
+      const __m512 xd = _mm512_permutexvar_ps(
+          pair_lanes, _mm512_castps128_ps512(_mm_maskz_loadu_ps(kValid == 2 ? 0x3 : 0x1, scales[t] + b)));
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) {
+        const __m512i dot = _mm512_dpbusd_epi32(xb, wq[r], xv);
+        acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(wd[r], xd), acc[r][t]);
+      }
+    }
   }
 };
 
-// Q4_0 keeps element i in the low nibble and i+16 in the high nibble of byte i: spread
-// [qs0, qs1] to [qs0, qs0, qs1, qs1] and shift the 2nd and 4th 128-bit lanes by 4.
-struct Q4_0Blocks {
+// Q4_0, four blocks per step. Byte i of a block holds element i (low nibble) and i+16 (high
+// nibble), so [qs0 qs1 qs2 qs3] gives the first halves of four blocks in its low nibbles and
+// the second halves in its high nibbles; the activations are regrouped to match, and both
+// vpdpbusd land in one accumulator whose lanes 4j..4j+3 belong to block b+j.
+// The four blocks (72 bytes) come in one 64-byte load plus the 8 bytes after it; vpermw
+// picks the quants (words 1-8, 10-17, 19-26, 28-35) and the scales (words 0, 9, 18, 27).
+// kValid < 4 only for the last step of a row; the missing blocks are zeros.
+struct Q4_0Steps {
   static constexpr int64_t kBlockBytes = sizeof(BlockQ4_0);
-  static __m512i unpack(__m512i packed) {
-    const __m512i spread = _mm512_shuffle_i64x2(packed, packed, _MM_SHUFFLE(1, 1, 0, 0));
-    const int64_t k4 = 0x0004000400040004;
-    const __m512i shifts = _mm512_set_epi64(k4, k4, 0, 0, k4, k4, 0, 0);
-    return _mm512_and_si512(_mm512_srlv_epi16(spread, shifts), _mm512_set1_epi8(0x0f));
+  static constexpr int kBlocksPerStep = 4;
+
+  template <int kValid>
+  static void load_blocks(const uint8_t* block, __m512i& packed, __m512& d) {
+    alignas(64) static constexpr int16_t kQuantWords[32] = {1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 30, 31, 32, 33, 34, 35};
+    const __m512i quant_words = _mm512_load_si512(kQuantWords);
+    alignas(64) static constexpr int16_t kScaleWords[32] = {0, 0, 0, 0, 9, 9, 9, 9, 18, 18, 18, 18, 27, 27, 27, 27, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    const __m512i scale_words = _mm512_load_si512(kScaleWords);
+    constexpr int kBytes = kValid * static_cast<int>(kBlockBytes);
+    const __mmask64 head_mask = kBytes >= 64 ? ~__mmask64{0} : __mmask64{(1ull << kBytes) - 1};
+    const __mmask64 tail_mask = kBytes > 64 ? __mmask64{(1ull << (kBytes - 64)) - 1} : __mmask64{0};
+    const __m512i head = _mm512_maskz_loadu_epi8(head_mask, block);
+    const __m512i tail = _mm512_maskz_loadu_epi8(tail_mask, block + 64);
+    const __mmask32 valid_words = kValid == 4 ? ~__mmask32{0} : static_cast<__mmask32>((1ull << (8 * kValid)) - 1);
+    packed = _mm512_maskz_permutex2var_epi16(valid_words, head, quant_words, tail);
+    d = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(scale_words, head)));
+    if (kValid < 4) d = _mm512_maskz_mov_ps(static_cast<__mmask16>((1u << (4 * kValid)) - 1), d);
   }
-  static void load_pair(const uint8_t* blocks, __m512i& q, __m512& d) {
-    const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks + 2));
-    const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks + kBlockBytes + 2));
-    q = unpack(_mm512_castsi256_si512(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1)));
-    d = pair_scales(read_u16(blocks), read_u16(blocks + kBlockBytes));
-  }
-  static void load_last(const uint8_t* block, __m512i& q, __m512& d) {
-    q = unpack(_mm512_zextsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2))));
-    d = pair_scales(read_u16(block), 0);
+
+  template <int kValid, int R, int T>
+  [[gnu::always_inline]] static inline void step(const uint8_t* const* rows, const int8_t* const* qs,
+                                                 const float* const* scales, const int32_t* const* bias, int64_t b,
+                                                 __m512 (&acc)[R][T], int64_t ahead) {
+    const __m512i low_nibbles = _mm512_set1_epi8(0x0f);
+    const __m512i quad_lanes = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    __m512i wlo[R];
+    __m512i whi[R];
+    __m512 wd[R];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      __m512i packed;
+      _mm_prefetch(reinterpret_cast<const char*>(rows[r] + ahead + b * kBlockBytes), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(rows[r] + ahead + b * kBlockBytes + 64), _MM_HINT_T0);
+      load_blocks<kValid>(rows[r] + b * kBlockBytes, packed, wd[r]);
+      wlo[r] = _mm512_and_si512(packed, low_nibbles);
+      whi[r] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low_nibbles);
+    }
+    const __mmask64 x_mask_a = kValid >= 2 ? ~__mmask64{0} : __mmask64{0xffffffff};
+    const __mmask64 x_mask_b = kValid == 4 ? ~__mmask64{0} : kValid == 3 ? __mmask64{0xffffffff} : __mmask64{0};
+    const __mmask16 lane_mask_a = kValid >= 2 ? 0xffff : 0x00ff;
+    const __mmask16 lane_mask_b = kValid == 4 ? 0xffff : kValid == 3 ? 0x00ff : 0;
+    const __mmask8 scale_mask = static_cast<__mmask8>((1u << kValid) - 1);
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) {
+      // [b, b+1] and [b+2, b+3] as stored, regrouped into first halves and second halves.
+      const __m512i xa = _mm512_maskz_loadu_epi8(x_mask_a, qs[t] + b * 32);
+      const __m512i xb = _mm512_maskz_loadu_epi8(x_mask_b, qs[t] + b * 32 + 64);
+      const __m512i xlo = _mm512_shuffle_i64x2(xa, xb, _MM_SHUFFLE(2, 0, 2, 0));
+      const __m512i xhi = _mm512_shuffle_i64x2(xa, xb, _MM_SHUFFLE(3, 1, 3, 1));
+      const __m512i ba = _mm512_maskz_loadu_epi32(lane_mask_a, bias[t] + b * 8);
+      const __m512i bb = _mm512_maskz_loadu_epi32(lane_mask_b, bias[t] + b * 8 + 16);
+      const __m512i lane_bias = _mm512_add_epi32(_mm512_shuffle_i64x2(ba, bb, _MM_SHUFFLE(2, 0, 2, 0)),
+                                                 _mm512_shuffle_i64x2(ba, bb, _MM_SHUFFLE(3, 1, 3, 1)));
+      const __m512 xd =
+          _mm512_permutexvar_ps(quad_lanes, _mm512_castps128_ps512(_mm_maskz_loadu_ps(scale_mask, scales[t] + b)));
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) {
+        const __m512i dot = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(lane_bias, wlo[r], xlo), whi[r], xhi);
+        acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(wd[r], xd), acc[r][t]);
+      }
+    }
   }
 };
 
-template <class Blocks>
+template <class Steps>
 struct QuantKernel {
   template <int R, int T>
   static void tile(const MatmulProblem& p, int64_t r0, int64_t t0) {
+    constexpr int kStep = Steps::kBlocksPerStep;
     const WeightMatrix& w = *p.w;
     const QuantizedActivations& xq = *p.xq;
     const int64_t num_blocks = xq.num_blocks;
     const uint8_t* rows[R];
     const int8_t* qs[T];      // [num_blocks, 32] of token t
-    const float* scales[T];   // [num_blocks, 8]
+    const float* scales[T];   // [num_blocks]
     const int32_t* bias[T];   // [num_blocks, 8]
     for (int r = 0; r < R; ++r) rows[r] = w.data + static_cast<uint64_t>(r0 + r) * w.row_bytes;
     for (int t = 0; t < T; ++t) {
       qs[t] = xq.qs + (t0 + t) * num_blocks * 32;
-      scales[t] = xq.scales + (t0 + t) * num_blocks * 8;
+      scales[t] = xq.scales + (t0 + t) * num_blocks;
       bias[t] = xq.bias + (t0 + t) * num_blocks * 8;
     }
     __m512 acc[R][T];
@@ -172,40 +258,21 @@ struct QuantKernel {
 #pragma GCC unroll 16
       for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
     }
+    const int64_t ahead = kPrefetchRows * static_cast<int64_t>(w.row_bytes);
     int64_t b = 0;
-    for (; b + 2 <= num_blocks; b += 2) {
-      __m512i wq[R];
-      __m512 wd[R];
-#pragma GCC unroll 16
-      for (int r = 0; r < R; ++r) Blocks::load_pair(rows[r] + b * Blocks::kBlockBytes, wq[r], wd[r]);
-#pragma GCC unroll 16
-      for (int t = 0; t < T; ++t) {
-        const __m512i xv = _mm512_loadu_si512(qs[t] + b * 32);
-        const __m512 xd = _mm512_loadu_ps(scales[t] + b * 8);
-        const __m512i xb = _mm512_loadu_si512(bias[t] + b * 8);
-#pragma GCC unroll 16
-        for (int r = 0; r < R; ++r) {
-          const __m512i dot = _mm512_dpbusd_epi32(xb, wq[r], xv);
-          acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(wd[r], xd), acc[r][t]);
-        }
-      }
-    }
-    if (b < num_blocks) {  // odd block count: one block in the lower half, zeros above
-      __m512i wq[R];
-      __m512 wd[R];
-#pragma GCC unroll 16
-      for (int r = 0; r < R; ++r) Blocks::load_last(rows[r] + b * Blocks::kBlockBytes, wq[r], wd[r]);
-#pragma GCC unroll 16
-      for (int t = 0; t < T; ++t) {
-        const __m512i xv = _mm512_maskz_loadu_epi8(0xffffffffull, qs[t] + b * 32);
-        const __m512 xd = _mm512_maskz_loadu_ps(0x00ff, scales[t] + b * 8);
-        const __m512i xb = _mm512_maskz_loadu_epi32(0x00ff, bias[t] + b * 8);
-#pragma GCC unroll 16
-        for (int r = 0; r < R; ++r) {
-          const __m512i dot = _mm512_dpbusd_epi32(xb, wq[r], xv);
-          acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(wd[r], xd), acc[r][t]);
-        }
-      }
+    for (; b + kStep <= num_blocks; b += kStep) Steps::template step<kStep>(rows, qs, scales, bias, b, acc, ahead);
+    switch (num_blocks - b) {  // the last blocks of a row, fewer than a step
+      case 3:
+        if constexpr (kStep > 3) Steps::template step<3>(rows, qs, scales, bias, b, acc, ahead);
+        break;
+      case 2:
+        if constexpr (kStep > 2) Steps::template step<2>(rows, qs, scales, bias, b, acc, ahead);
+        break;
+      case 1:
+        Steps::template step<1>(rows, qs, scales, bias, b, acc, ahead);
+        break;
+      default:
+        break;
     }
     for (int t = 0; t < T; ++t) {
       for (int r = 0; r < R; ++r) p.y[(t0 + t) * w.rows + r0 + r] = _mm512_reduce_add_ps(acc[r][t]);
@@ -213,21 +280,29 @@ struct QuantKernel {
   }
 };
 
-// Full tiles where they fit; leftover rows and tokens run 1-wide tiles, which compute each
-// element with exactly the same operations.
-template <class Kernel>
+// Full R × T tiles where they fit; leftover rows and tokens run 1-wide tiles, which compute
+// each element with exactly the same operations.
+template <class Kernel, int R, int T>
 void run_tiles(const MatmulProblem& p, int64_t row_begin, int64_t row_end) {
   int64_t r = row_begin;
-  for (; r + kRows <= row_end; r += kRows) {
+  for (; r + R <= row_end; r += R) {
     int64_t t = p.token_begin;
-    for (; t + kTokens <= p.token_end; t += kTokens) Kernel::template tile<kRows, kTokens>(p, r, t);
-    for (; t < p.token_end; ++t) Kernel::template tile<kRows, 1>(p, r, t);
+    for (; t + T <= p.token_end; t += T) Kernel::template tile<R, T>(p, r, t);
+    for (; t < p.token_end; ++t) Kernel::template tile<R, 1>(p, r, t);
   }
   for (; r < row_end; ++r) {
     int64_t t = p.token_begin;
-    for (; t + kTokens <= p.token_end; t += kTokens) Kernel::template tile<1, kTokens>(p, r, t);
+    for (; t + T <= p.token_end; t += T) Kernel::template tile<1, T>(p, r, t);
     for (; t < p.token_end; ++t) Kernel::template tile<1, 1>(p, r, t);
   }
+}
+
+// With few tokens the quantized kernels are bound by streaming the weights, which goes
+// fastest one row at a time (a single sequential stream); batches share loads in 4 × 4 tiles.
+template <class Kernel>
+void run_quant_tiles(const MatmulProblem& p, int64_t row_begin, int64_t row_end) {
+  if (p.token_end - p.token_begin < kTokens) return run_tiles<Kernel, 1, 1>(p, row_begin, row_end);
+  run_tiles<Kernel, kRows, kTokens>(p, row_begin, row_end);
 }
 
 }  // namespace
@@ -252,7 +327,7 @@ void quantize_activations_avx512(const float* x, int64_t cols, int64_t token_beg
       const __m128i q1 = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v1, inv)));
       const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.qs + block_idx * 32), q);
-      _mm256_storeu_ps(out.scales + block_idx * 8, _mm256_set1_ps(d));
+      out.scales[block_idx] = d;
       if (bias_offset != 0) {
         const __m256i lane_sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, q);
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.bias + block_idx * 8),
@@ -265,15 +340,15 @@ void quantize_activations_avx512(const float* x, int64_t cols, int64_t token_beg
 void matmul_rows_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_end) {
   switch (p.w->type) {
     case GgmlType::kF32:
-      return run_tiles<FloatKernel<F32Row>>(p, row_begin, row_end);
+      return run_tiles<FloatKernel<F32Row>, kRows, kTokens>(p, row_begin, row_end);
     case GgmlType::kF16:
-      return run_tiles<FloatKernel<F16Row>>(p, row_begin, row_end);
+      return run_tiles<FloatKernel<F16Row>, kRows, kTokens>(p, row_begin, row_end);
     case GgmlType::kBF16:
-      return run_tiles<FloatKernel<Bf16Row>>(p, row_begin, row_end);
+      return run_tiles<FloatKernel<Bf16Row>, kRows, kTokens>(p, row_begin, row_end);
     case GgmlType::kQ8_0:
-      return run_tiles<QuantKernel<Q8_0Blocks>>(p, row_begin, row_end);
+      return run_quant_tiles<QuantKernel<Q8_0Steps>>(p, row_begin, row_end);
     case GgmlType::kQ4_0:
-      return run_tiles<QuantKernel<Q4_0Blocks>>(p, row_begin, row_end);
+      return run_quant_tiles<QuantKernel<Q4_0Steps>>(p, row_begin, row_end);
     default:
       KVLM_CHECK(false, "matmul_rows_avx512: weight type {}", ggml_type_name(p.w->type));
   }

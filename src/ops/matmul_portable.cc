@@ -30,27 +30,11 @@ struct F32Elements {
   }
 };
 
-// Branch-free half -> float that vectorizes: the half's exponent and mantissa, moved into
-// place, read as an f32 2^112 times too small, normals and subnormals alike; inf and nan
-// get the f32 all-ones exponent instead.
-inline float fp16_to_fp32_branchless(uint16_t h) {
-  const uint32_t magnitude = static_cast<uint32_t>(h & 0x7fffu) << 13;
-  float f;
-  std::memcpy(&f, &magnitude, 4);
-  f *= 0x1p112f;
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  if ((h & 0x7c00u) == 0x7c00u) bits = magnitude | 0x7f800000u;
-  bits |= static_cast<uint32_t>(h & 0x8000u) << 16;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
 struct F16Elements {
   static float at(const uint8_t* row, int64_t c) {
     uint16_t h;
     std::memcpy(&h, row + 2 * c, 2);
-    return fp16_to_fp32_branchless(h);
+    return fp16_to_fp32(h);
   }
 };
 
@@ -82,13 +66,9 @@ float dot_q8_0(const uint8_t* row, const int8_t* xq, const float* scales, int64_
     BlockQ8_0 block;
     std::memcpy(&block, row + b * sizeof(BlockQ8_0), sizeof block);
     const int8_t* xb = xq + b * 32;
-    int32_t partial[kPartials] = {};
-    for (int i = 0; i < 32; i += kPartials) {
-      for (int k = 0; k < kPartials; ++k) partial[k] += static_cast<int32_t>(block.qs[i + k]) * xb[i + k];
-    }
     int32_t dot = 0;
-    for (int k = 0; k < kPartials; ++k) dot += partial[k];
-    sum += fp16_to_fp32_branchless(block.d) * scales[b * 8] * static_cast<float>(dot);
+    for (int i = 0; i < 32; ++i) dot += static_cast<int32_t>(block.qs[i]) * xb[i];
+    sum += fp16_to_fp32(block.d) * scales[b] * static_cast<float>(dot);
   }
   return sum;
 }
@@ -99,15 +79,12 @@ float dot_q4_0(const uint8_t* row, const int8_t* xq, const float* scales, int64_
     BlockQ4_0 block;
     std::memcpy(&block, row + b * sizeof(BlockQ4_0), sizeof block);
     const int8_t* xb = xq + b * 32;
-    int32_t partial[kPartials] = {};
-    for (int i = 0; i < 16; i += kPartials) {
-      for (int k = 0; k < kPartials; ++k) {
-        partial[k] += ((block.qs[i + k] & 0x0f) - 8) * xb[i + k] + ((block.qs[i + k] >> 4) - 8) * xb[i + k + 16];
-      }
-    }
     int32_t dot = 0;
-    for (int k = 0; k < kPartials; ++k) dot += partial[k];
-    sum += fp16_to_fp32_branchless(block.d) * scales[b * 8] * static_cast<float>(dot);
+    for (int i = 0; i < 16; ++i) {
+      dot += ((block.qs[i] & 0x0f) - 8) * xb[i];
+      dot += ((block.qs[i] >> 4) - 8) * xb[i + 16];
+    }
+    sum += fp16_to_fp32(block.d) * scales[b] * static_cast<float>(dot);
   }
   return sum;
 }
@@ -127,12 +104,10 @@ void quantize_activations_portable(const float* x, int64_t cols, int64_t token_b
       const float inv_d = amax != 0.0f ? 127.0f / amax : 0.0f;
       int8_t* q = out.qs + block_idx * 32;
       for (int i = 0; i < 32; ++i) q[i] = static_cast<int8_t>(round_half_even(xb[i] * inv_d));
-      for (int lane = 0; lane < 8; ++lane) {
-        out.scales[block_idx * 8 + lane] = d;
-        if (bias_offset != 0) {
-          const int32_t lane_sum = q[4 * lane] + q[4 * lane + 1] + q[4 * lane + 2] + q[4 * lane + 3];
-          out.bias[block_idx * 8 + lane] = -bias_offset * lane_sum;
-        }
+      out.scales[block_idx] = d;
+      for (int lane = 0; lane < 8 && bias_offset != 0; ++lane) {
+        const int32_t lane_sum = q[4 * lane] + q[4 * lane + 1] + q[4 * lane + 2] + q[4 * lane + 3];
+        out.bias[block_idx * 8 + lane] = -bias_offset * lane_sum;
       }
     }
   }
@@ -160,7 +135,7 @@ void matmul_rows_portable(const MatmulProblem& p, int64_t row_begin, int64_t row
         case GgmlType::kQ4_0: {
           const QuantizedActivations& xq = *p.xq;
           const int8_t* qs = xq.qs + t * xq.num_blocks * 32;
-          const float* scales = xq.scales + t * xq.num_blocks * 8;
+          const float* scales = xq.scales + t * xq.num_blocks;
           v = w.type == GgmlType::kQ8_0 ? dot_q8_0(row, qs, scales, xq.num_blocks)
                                         : dot_q4_0(row, qs, scales, xq.num_blocks);
           break;

@@ -112,7 +112,9 @@ TEST_P(PagedAttentionIsa, MatchesReference) {
     if (resolve_attention_isa(isa, d) != isa) {
       std::printf("  %s not available for head_dim %d here: checking its fallback\n", attention_isa_name(isa), d);
     }
-    for (auto [h, kvh] : {std::pair{8, 4}, std::pair{8, 1}, std::pair{4, 4}}) {
+    // Groups of 2, 8, 1, 3, 6 and 7 query heads: every register-blocking width.
+    for (auto [h, kvh] : {std::pair{8, 4}, std::pair{8, 1}, std::pair{4, 4}, std::pair{6, 2}, std::pair{12, 2},
+                          std::pair{7, 1}}) {
       for (auto [ctx, nq] : {std::pair{17, 1}, std::pair{1000, 1}, std::pair{100, 7}, std::pair{64, 64}}) {
         for (KvType t : {KvType::kF32, KvType::kF16}) {
           const AttentionShape s{h, kvh, d, 16, ctx, nq, t, t};

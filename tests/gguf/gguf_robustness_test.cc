@@ -90,7 +90,7 @@ TEST(GgufMalformed, TooManyMetadataValuesInTotal) {
   const uint64_t count = GgufParser::kMaxMetadataValues;  // plus the key-value itself: one too many
   RawGguf g;
   g.header(0, 1).str("big").u32(9).u32(0).u64(count).zeros(count);
-  EXPECT_THAT(parse_error(g.bytes()), HasSubstr("x.gguf: metadata key 'big': metadata would hold more than 16777216"));
+  EXPECT_THAT(parse_error(g.bytes()), HasSubstr("x.gguf: metadata key 'big': metadata would hold more than 4194304"));
 }
 
 TEST(GgufMalformed, UnknownValueTypes) {

@@ -232,7 +232,8 @@ TEST(BpeTokenizerTest, PiecesAndSpecialTokens) {
 TEST(BpeTokenizerTest, MatchesPlainReferenceAndRoundTripsRandomBytes) {
   std::mt19937 rng(42);
   const std::vector<std::string> fragments = {"the", " the", "  ", "a", "aa", "'ll", "'LL", "'t", "do", "n't", "12",
-                                              "3",   "\n",   "\n\n", "é", "中", "😀", "!", "?", "\r\n", "\t", " "};
+                                              "3",   "\n",   "\n\n", "é", "中", "😀", "!", "?", "\r\n", "\t", " ",
+                                              "<tool>"};
   for (const auto& [name, pre] : {std::pair{"llama3", BpePreTokenizer::kLlama3},
                                   std::pair{"qwen2", BpePreTokenizer::kQwen2}, std::pair{"gpt2", BpePreTokenizer::kGpt2}}) {
     const TokenizerVocab vocab = hand_vocab(name);
@@ -251,6 +252,8 @@ TEST(BpeTokenizerTest, MatchesPlainReferenceAndRoundTripsRandomBytes) {
       const Ids ids = tokenizer->encode(text, false);
       ASSERT_EQ(ids, reference_bpe_encode(vocab, pre, text)) << name << " trial " << trial;
       ASSERT_EQ(tokenizer->decode(ids), text) << name << " trial " << trial;
+      // Parsing special tokens splits out "<tool>" (user-defined, printed as its text).
+      ASSERT_EQ(tokenizer->decode(tokenizer->encode(text, false, SpecialTokens::kParse)), text) << name << trial;
     }
   }
 }

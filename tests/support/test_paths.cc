@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 
+#include <gtest/gtest.h>
+
 namespace kvlm::testing {
 
 std::optional<std::filesystem::path> shared_models_dir() {
@@ -25,7 +27,15 @@ std::optional<std::filesystem::path> shared_file(const std::string& name) {
 
 std::filesystem::path scratch_dir(const std::string& test_name) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::path(KVLM_BINARY_DIR) / "test_scratch" / test_name;
+  // ctest runs tests in parallel processes: the running test's full name keeps their folders apart.
+  std::string owner = "no_test";
+  if (const auto* info = ::testing::UnitTest::GetInstance()->current_test_info()) {
+    owner = std::string(info->test_suite_name()) + "." + info->name();
+    for (char& c : owner) {
+      if (c == '/') c = '_';
+    }
+  }
+  const fs::path dir = fs::path(KVLM_BINARY_DIR) / "test_scratch" / owner / test_name;
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;

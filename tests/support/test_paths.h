@@ -14,7 +14,7 @@ std::optional<std::filesystem::path> shared_models_dir();
 // Path of one shared model file, or nullopt when it is absent.
 std::optional<std::filesystem::path> shared_file(const std::string& name);
 
-// A fresh, empty scratch folder for one test (under the build tree).
+// A fresh, empty scratch folder under the build tree, private to the running test.
 std::filesystem::path scratch_dir(const std::string& test_name);
 
 }  // namespace kvlm::testing
