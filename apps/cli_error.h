@@ -4,7 +4,10 @@
 #include <stdexcept>
 #include <string>
 
+#include <fmt/format.h>
+
 #include "core/status.h"
+#include "core/thread_pool.h"
 
 namespace kvlm::cli {
 
@@ -22,6 +25,15 @@ T value_or_throw(Result<T> result) {
 
 inline void throw_if_error(const Status& status) {
   if (!status.ok()) throw CliError(status.message());
+}
+
+// --threads: 0 means every core; more than a few hundred is surely a typo.
+inline int resolve_threads(int requested) {
+  constexpr int kMaxThreads = 512;
+  if (requested < 0 || requested > kMaxThreads) {
+    throw CliError(fmt::format("--threads {} must be in [0, {}] (0 = all cores)", requested, kMaxThreads));
+  }
+  return requested > 0 ? requested : ThreadPool::default_num_threads();
 }
 
 }  // namespace kvlm::cli

@@ -42,7 +42,7 @@ void run(const DemoFlags& f) {
               path.c_str(), s.num_layers, s.dim, s.num_heads, s.num_kv_heads, s.head_dim, s.vocab_size);
 
   auto model = value_or_throw(LlamaModel::load(path));
-  ThreadPool pool(f.threads > 0 ? f.threads : ThreadPool::default_num_threads());
+  ThreadPool pool(resolve_threads(f.threads));
   Generator generator(*model, pool);
   const std::vector<TokenId> prompt = model->tokenizer().encode("Once upon a time", true);
 

@@ -60,7 +60,7 @@ void run(const RunFlags& f) {
   options.block_size = f.block_size;
   options.verify = f.verify;
 
-  ThreadPool pool(f.threads > 0 ? f.threads : ThreadPool::default_num_threads());
+  ThreadPool pool(resolve_threads(f.threads));
   Generator generator(*model, pool);
   Generator::TextCallback print = [](std::string_view text) {
     std::fwrite(text.data(), 1, text.size(), stdout);

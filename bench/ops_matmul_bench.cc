@@ -2,14 +2,13 @@
 // prefill, on 1 and 2 threads. Weights rotate through copies larger than the last-level
 // cache, so decode numbers are DRAM bandwidth as a real model sees it.
 #include <benchmark/benchmark.h>
+#include <fmt/format.h>
 
 #include <cstring>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "core/quantize.h"
 #include "core/thread_pool.h"
@@ -44,8 +43,7 @@ struct ColdWeights {
   }
 };
 
-void bm_matmul(benchmark::State& state, GgmlType type, int64_t rows, int64_t cols, int64_t num_tokens,
-               int threads) {
+void bm_matmul(benchmark::State& state, GgmlType type, int64_t rows, int64_t cols, int64_t num_tokens, int threads) {
   const ColdWeights weights(type, rows, cols);
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -61,8 +59,8 @@ void bm_matmul(benchmark::State& state, GgmlType type, int64_t rows, int64_t col
   }
   const int64_t weight_bytes = static_cast<int64_t>(weights.copies[0].row_bytes) * rows;
   state.SetBytesProcessed(state.iterations() * weight_bytes);
-  state.counters["GMAC/s"] = benchmark::Counter(static_cast<double>(state.iterations()) * rows * cols * num_tokens / 1e9,
-                                                benchmark::Counter::kIsRate);
+  state.counters["GMAC/s"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * rows * cols * num_tokens / 1e9, benchmark::Counter::kIsRate);
 }
 
 const bool kRegistered = [] {
@@ -74,8 +72,8 @@ const bool kRegistered = [] {
     for (Shape shape : {Shape{2048, 2048}, Shape{8192, 2048}}) {
       for (GgmlType type : types) {
         for (int threads : {1, 2}) {
-          const std::string name = fmt::format("matmul/{}/{}x{}/tokens:{}/threads:{}", ggml_type_name(type),
-                                               shape.rows, shape.cols, num_tokens, threads);
+          const std::string name = fmt::format("matmul/{}/{}x{}/tokens:{}/threads:{}", ggml_type_name(type), shape.rows,
+                                               shape.cols, num_tokens, threads);
           benchmark::RegisterBenchmark(name.c_str(), bm_matmul, type, shape.rows, shape.cols, num_tokens, threads)
               ->Unit(benchmark::kMicrosecond)
               ->UseRealTime();

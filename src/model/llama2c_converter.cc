@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/quantize.h"
+#include "gguf/gguf_file_type.h"
 #include "gguf/gguf_writer.h"
 #include "model/llama_gguf_names.h"
 
@@ -126,18 +127,6 @@ class FillErrors {
   mutable std::mutex mutex_;
   std::string first_;
 };
-
-uint32_t gguf_file_type(GgmlType type) {
-  // llama.cpp's llama_ftype numbering ("all f32", "mostly f16", ...).
-  switch (type) {
-    case GgmlType::kF32: return 0;
-    case GgmlType::kF16: return 1;
-    case GgmlType::kQ4_0: return 2;
-    case GgmlType::kQ8_0: return 7;
-    case GgmlType::kBF16: return 32;
-    default: return 0;
-  }
-}
 
 bool is_writable_weight_type(GgmlType type) {
   return type == GgmlType::kF32 || type == GgmlType::kF16 || type == GgmlType::kBF16 || type == GgmlType::kQ8_0 ||
@@ -296,20 +285,20 @@ Result<SpmVocab> read_llama2c_tokenizer(const std::string& tokenizer_path, int v
     at += static_cast<size_t>(length);
 
     // llama2.c stores <s> and </s> as "\n<s>\n"; GGUF vocabularies name the specials plainly.
-    SpmTokenType type = SpmTokenType::kNormal;
+    TokenType type = TokenType::kNormal;
     if (id == kSpmUnkId) {
       text = "<unk>";
-      type = SpmTokenType::kUnknown;
+      type = TokenType::kUnknown;
     } else if (id == kSpmBosId) {
       text = "<s>";
-      type = SpmTokenType::kControl;
+      type = TokenType::kControl;
     } else if (id == kSpmEosId) {
       text = "</s>";
-      type = SpmTokenType::kControl;
+      type = TokenType::kControl;
     } else if (text.empty()) {
-      type = SpmTokenType::kControl;
+      type = TokenType::kControl;
     } else if (is_spm_byte_piece(text)) {
-      type = SpmTokenType::kByte;
+      type = TokenType::kByte;
     } else {
       // llama2.c's export decoded SentencePiece's "▁" to ' '; GGUF keeps the SentencePiece form.
       std::string piece;

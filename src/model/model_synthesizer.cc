@@ -9,6 +9,7 @@
 
 #include "core/quantize.h"
 #include "core/thread_pool.h"
+#include "gguf/gguf_file_type.h"
 #include "gguf/gguf_writer.h"
 #include "model/llama_gguf_names.h"
 #include "model/synthetic_vocab.h"
@@ -154,18 +155,6 @@ class TensorGenerator {
   uint64_t seed_;
   GgmlType weight_type_;
 };
-
-uint32_t gguf_file_type(GgmlType type) {
-  // llama.cpp's llama_ftype numbering ("all f32", "mostly f16", ...).
-  switch (type) {
-    case GgmlType::kF32: return 0;
-    case GgmlType::kF16: return 1;
-    case GgmlType::kQ4_0: return 2;
-    case GgmlType::kQ8_0: return 7;
-    case GgmlType::kBF16: return 32;
-    default: return 0;
-  }
-}
 
 Status check_range(const char* field, int64_t value, int64_t min, int64_t max) {
   if (value < min || value > max) {

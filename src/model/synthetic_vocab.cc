@@ -41,7 +41,7 @@ class PieceSink {
     if (full() || !seen_.insert(piece).second) return;
     // Decreasing scores rank earlier (shorter, more common) pieces first, as SentencePiece does.
     vocab_.scores.push_back(-static_cast<float>(num_pieces_++));
-    vocab_.token_types.push_back(static_cast<int32_t>(SpmTokenType::kNormal));
+    vocab_.token_types.push_back(static_cast<int32_t>(TokenType::kNormal));
     vocab_.tokens.push_back(std::move(piece));
   }
 
@@ -97,15 +97,15 @@ Result<SpmVocab> make_synthetic_vocab(int vocab_size) {
   vocab.tokens.reserve(static_cast<size_t>(vocab_size));
   vocab.scores.reserve(static_cast<size_t>(vocab_size));
   vocab.token_types.reserve(static_cast<size_t>(vocab_size));
-  auto add_special = [&](std::string piece, SpmTokenType type) {
+  auto add_special = [&](std::string piece, TokenType type) {
     vocab.tokens.push_back(std::move(piece));
     vocab.scores.push_back(0.0f);
     vocab.token_types.push_back(static_cast<int32_t>(type));
   };
-  add_special("<unk>", SpmTokenType::kUnknown);
-  add_special("<s>", SpmTokenType::kControl);
-  add_special("</s>", SpmTokenType::kControl);
-  for (int b = 0; b < kSpmNumByteTokens; ++b) add_special(fmt::format("<0x{:02X}>", b), SpmTokenType::kByte);
+  add_special("<unk>", TokenType::kUnknown);
+  add_special("<s>", TokenType::kControl);
+  add_special("</s>", TokenType::kControl);
+  for (int b = 0; b < kSpmNumByteTokens; ++b) add_special(fmt::format("<0x{:02X}>", b), TokenType::kByte);
 
   PieceSink sink(vocab, vocab_size);
   sink.add(std::string(kSpace));

@@ -6,20 +6,11 @@
 #include <vector>
 
 #include "core/status.h"
+#include "model/token_type.h"
 
 namespace kvlm {
 
 class GgufWriter;
-
-// Token types as tokenizer.ggml.token_type numbers them (llama.cpp's llama_token_type).
-enum class SpmTokenType : int32_t {
-  kNormal = 1,
-  kUnknown = 2,
-  kControl = 3,
-  kUserDefined = 4,
-  kUnused = 5,
-  kByte = 6,
-};
 
 // Ids every vocabulary written here uses: <unk> 0, <s> 1, </s> 2, then <0x00>..<0xFF> at 3..258.
 inline constexpr int32_t kSpmUnkId = 0;
@@ -34,7 +25,7 @@ inline constexpr int kSynthMinVocabSize = kSpmFirstPieceId + 1;
 struct SpmVocab {
   std::vector<std::string> tokens;
   std::vector<float> scores;
-  std::vector<int32_t> token_types;  // SpmTokenType values
+  std::vector<int32_t> token_types;  // TokenType values
 
   int size() const { return static_cast<int>(tokens.size()); }
 };

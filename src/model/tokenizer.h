@@ -11,6 +11,7 @@
 
 #include "core/ids.h"
 #include "core/status.h"
+#include "model/token_type.h"
 #include "model/tokenizer_special_matcher.h"
 
 namespace kvlm {
@@ -27,17 +28,6 @@ struct TokenizerVocab {
   int32_t bos_id = -1, eos_id = -1, unk_id = -1, pad_id = -1;  // -1: none
   bool add_bos = true;               // tokenizer.ggml.add_bos_token (default: true for llama, false for gpt2)
   bool add_space_prefix = true;      // tokenizer.ggml.add_space_prefix (SPM dummy prefix)
-};
-
-// tokenizer.ggml.token_type values (llama.cpp's llama_token_type).
-enum class TokenType : int32_t {
-  kUndefined = 0,  // treated as normal
-  kNormal = 1,
-  kUnknown = 2,
-  kControl = 3,      // BOS, EOS, chat markers: printed as nothing
-  kUserDefined = 4,  // added pieces: printed as their raw text
-  kUnused = 5,
-  kByte = 6,  // SPM byte fallback "<0xAB>"
 };
 
 // How encode treats text that spells a control or user-defined token ("<|eot_id|>").

@@ -106,8 +106,7 @@ const ElementwiseKernels& elementwise_kernels(Isa isa) {
 
 namespace {
 const ops_internal::ElementwiseKernels& best_kernels() {
-  static const ops_internal::ElementwiseKernels& kernels =
-      ops_internal::elementwise_kernels(ops_internal::best_isa());
+  static const ops_internal::ElementwiseKernels& kernels = ops_internal::elementwise_kernels(ops_internal::best_isa());
   return kernels;
 }
 }  // namespace

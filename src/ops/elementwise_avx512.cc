@@ -71,7 +71,8 @@ inline __m512 silu_mul16(__m512 g, __m512 u) {
 
 void silu_mul_avx512(const float* gate, const float* up, float* out, int64_t n) {
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, silu_mul16(_mm512_loadu_ps(gate + i), _mm512_loadu_ps(up + i)));
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(out + i, silu_mul16(_mm512_loadu_ps(gate + i), _mm512_loadu_ps(up + i)));
   if (i < n) {
     const __mmask16 m = tail_mask(n - i);
     _mm512_mask_storeu_ps(out + i, m, silu_mul16(_mm512_maskz_loadu_ps(m, gate + i), _mm512_maskz_loadu_ps(m, up + i)));

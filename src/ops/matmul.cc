@@ -49,12 +49,11 @@ QuantizeActivationsFn quantize_fn(Isa isa) {
 
 void check_weight(const WeightMatrix& w) {
   const GgmlTypeTraits traits = ggml_type_traits(w.type);
-  KVLM_CHECK(w.type == GgmlType::kF32 || w.type == GgmlType::kF16 || w.type == GgmlType::kBF16 ||
-                 is_quantized(w.type),
+  KVLM_CHECK(w.type == GgmlType::kF32 || w.type == GgmlType::kF16 || w.type == GgmlType::kBF16 || is_quantized(w.type),
              "matmul does not support weight type {}", traits.name);
   KVLM_CHECK(w.data != nullptr && w.rows > 0 && w.cols > 0, "empty weight matrix ({} x {})", w.rows, w.cols);
-  KVLM_CHECK(w.cols % traits.block_size == 0, "{} weight with {} cols: not a whole number of blocks of {}",
-             traits.name, w.cols, traits.block_size);
+  KVLM_CHECK(w.cols % traits.block_size == 0, "{} weight with {} cols: not a whole number of blocks of {}", traits.name,
+             w.cols, traits.block_size);
   KVLM_CHECK(w.row_bytes == ggml_row_bytes(w.type, w.cols), "{} weight with {} cols has row_bytes {}, expected {}",
              traits.name, w.cols, w.row_bytes, ggml_row_bytes(w.type, w.cols));
 }
@@ -84,7 +83,7 @@ uint8_t* ActivationBuffer::reserve(int64_t bytes) {
 }
 
 QuantizedActivations ActivationBuffer::view(int64_t num_tokens, int64_t num_blocks) {
-  // qs and bias sizes are multiples of 32 bytes; scales go last.
+  // qs and bias take multiples of 32 bytes, so all three arrays start 32-byte aligned.
   const int64_t num = num_tokens * num_blocks;
   uint8_t* p = reserve(num * QuantizedActivations::bytes_per_token(1));
   QuantizedActivations q;
@@ -96,16 +95,16 @@ QuantizedActivations ActivationBuffer::view(int64_t num_tokens, int64_t num_bloc
   return q;
 }
 
-TokenGroupActivations ActivationBuffer::group_view(int64_t num_groups, int64_t num_blocks) {
+TokenGroupActivations ActivationBuffer::group_view(int64_t num_groups, int64_t num_tokens, int64_t num_blocks) {
   constexpr int64_t kTokens = TokenGroupActivations::kTokens;
   const int64_t num = num_groups * num_blocks;
   uint8_t* p = reserve(num * kTokens * TokenGroupActivations::bytes_per_token(1));
   TokenGroupActivations g;
   g.num_groups = num_groups;
+  g.num_tokens = num_tokens;
   g.num_blocks = num_blocks;
-  g.qs = reinterpret_cast<int8_t*>(p);
+  g.qs = p;
   g.scales = reinterpret_cast<float*>(p + num * kTokens * 32);
-  g.bias = reinterpret_cast<int32_t*>(p + num * kTokens * (32 + 4));
   return g;
 }
 
@@ -117,20 +116,28 @@ void interleave_token_groups(const QuantizedActivations& xq, int64_t group_begin
     for (int64_t b = 0; b < num_blocks; ++b) {
       const int64_t group_block = g * num_blocks + b;
       for (int64_t i = 0; i < kTokens; ++i) {
+        const bool valid = g * kTokens + i < out.num_tokens;
         const int64_t token_block = (g * kTokens + i) * num_blocks + b;
         for (int lane = 0; lane < 8; ++lane) {
-          std::memcpy(out.qs + (group_block * 8 + lane) * kTokens * 4 + i * 4, xq.qs + token_block * 32 + lane * 4, 4);
+          uint32_t four = 0;  // 4 quants, each moved to unsigned by flipping its top bit
+          if (valid) std::memcpy(&four, xq.qs + token_block * 32 + lane * 4, 4);
+          four ^= 0x80808080u;
+          std::memcpy(out.qs + (group_block * 8 + lane) * kTokens * 4 + i * 4, &four, 4);
         }
-        int32_t bias = 0;
-        for (int lane = 0; lane < 8; ++lane) bias += xq.bias[token_block * 8 + lane];
-        out.scales[group_block * kTokens + i] = xq.scales[token_block];
-        out.bias[group_block * kTokens + i] = bias;
+        out.scales[group_block * kTokens + i] = valid ? xq.scales[token_block] : 0.0f;
       }
     }
   }
 }
 
-bool uses_token_groups(Isa isa, GgmlType type) { return isa == Isa::kAvx512 && is_quantized(type); }
+int64_t token_groups_for_batch(Isa isa, GgmlType type, int64_t num_tokens) {
+  if (isa != Isa::kAvx512 || !is_quantized(type)) return 0;
+  // A group costs about as much as 8-9 tokens on the row kernel: a remainder of 9 or more
+  // tokens is cheaper as a padded group.
+  constexpr int64_t kMinPaddedGroup = 9;
+  const int64_t full = num_tokens / TokenGroupActivations::kTokens;
+  return full + (num_tokens % TokenGroupActivations::kTokens >= kMinPaddedGroup ? 1 : 0);
+}
 
 int32_t activation_bias_offset(Isa isa, GgmlType type) {
   if (type == GgmlType::kQ4_0) return 8;
@@ -138,8 +145,7 @@ int32_t activation_bias_offset(Isa isa, GgmlType type) {
   return 0;  // portable multiplies signed values; AVX2 moves Q8_0 signs onto the activations
 }
 
-void matmul_with_isa(Isa isa, const WeightMatrix& w, const float* x, float* y, int64_t num_tokens,
-                     ThreadPool& pool) {
+void matmul_with_isa(Isa isa, const WeightMatrix& w, const float* x, float* y, int64_t num_tokens, ThreadPool& pool) {
   check_weight(w);
   KVLM_CHECK(isa_supported(isa), "matmul ISA {} is not supported by this CPU", isa_name(isa));
   KVLM_CHECK(x != nullptr && y != nullptr && num_tokens >= 0, "matmul: x={} y={} num_tokens={}",
@@ -153,23 +159,21 @@ void matmul_with_isa(Isa isa, const WeightMatrix& w, const float* x, float* y, i
   int64_t bytes_per_token = w.cols * static_cast<int64_t>(sizeof(float));
   QuantizedActivations xq;
   TokenGroupActivations xg;
-  int64_t num_groups = 0;  // full groups of 16 tokens for the token-group kernel
+  int64_t num_groups = 0;  // groups of 16 tokens for the token-group kernel
   if (is_quantized(w.type)) {
     const int64_t num_blocks = w.cols / 32;
     xq = scratch_activations().view(num_tokens, num_blocks);
     const int32_t offset = activation_bias_offset(isa, w.type);
     const QuantizeActivationsFn quantize = quantize_fn(isa);
-    pool.parallel_for(num_tokens, std::max<int64_t>(1, 4096 / w.cols), [&](int64_t begin, int64_t end) {
-      quantize(x, w.cols, begin, end, offset, xq);
-    });
+    pool.parallel_for(num_tokens, std::max<int64_t>(1, 4096 / w.cols),
+                      [&](int64_t begin, int64_t end) { quantize(x, w.cols, begin, end, offset, xq); });
     problem.xq = &xq;
     bytes_per_token = QuantizedActivations::bytes_per_token(num_blocks);
-    if (uses_token_groups(isa, w.type)) num_groups = num_tokens / TokenGroupActivations::kTokens;
+    num_groups = token_groups_for_batch(isa, w.type, num_tokens);
     if (num_groups > 0) {
-      xg = scratch_token_groups().group_view(num_groups, num_blocks);
-      pool.parallel_for(num_groups, 1, [&](int64_t begin, int64_t end) {
-        interleave_token_groups(xq, begin, end, xg);
-      });
+      xg = scratch_token_groups().group_view(num_groups, num_tokens, num_blocks);
+      pool.parallel_for(num_groups, 1,
+                        [&](int64_t begin, int64_t end) { interleave_token_groups(xq, begin, end, xg); });
       problem.xg = &xg;
     }
   }
@@ -177,12 +181,12 @@ void matmul_with_isa(Isa isa, const WeightMatrix& w, const float* x, float* y, i
   const int64_t tokens_per_chunk = std::max<int64_t>(8, kActivationBytesPerChunk / bytes_per_token / 8 * 8);
   const int64_t group_bytes = TokenGroupActivations::kTokens * TokenGroupActivations::bytes_per_token(w.cols / 32);
   const int64_t groups_per_chunk = std::max<int64_t>(1, kActivationBytesPerChunk / std::max<int64_t>(1, group_bytes));
-  const int64_t first_ungrouped = num_groups * TokenGroupActivations::kTokens;
+  const int64_t first_ungrouped = std::min(num_tokens, num_groups * TokenGroupActivations::kTokens);
   const int64_t num_row_groups = (w.rows + kRowGroup - 1) / kRowGroup;
   const int64_t macs_per_row_group = kRowGroup * w.cols * num_tokens;
-  const int64_t min_row_groups =
-      std::max<int64_t>(1, (kMinMacsPerChunk + macs_per_row_group - 1) / macs_per_row_group);
+  const int64_t min_row_groups = std::max<int64_t>(1, (kMinMacsPerChunk + macs_per_row_group - 1) / macs_per_row_group);
   const MatmulRowsFn rows = rows_fn(isa);
+  const MatmulRowsFn groups = num_groups > 0 ? matmul_token_groups_avx512 : nullptr;
   pool.parallel_for(num_row_groups, min_row_groups, [&](int64_t begin, int64_t end) {
     const int64_t row_begin = begin * kRowGroup;
     const int64_t row_end = std::min(w.rows, end * kRowGroup);
@@ -190,7 +194,7 @@ void matmul_with_isa(Isa isa, const WeightMatrix& w, const float* x, float* y, i
     for (int64_t g = 0; g < num_groups; g += groups_per_chunk) {
       chunk.group_begin = g;
       chunk.group_end = std::min(num_groups, g + groups_per_chunk);
-      matmul_token_groups_avx512(chunk, row_begin, row_end);
+      groups(chunk, row_begin, row_end);
     }
     for (int64_t t = first_ungrouped; t < num_tokens; t += tokens_per_chunk) {
       chunk.token_begin = t;

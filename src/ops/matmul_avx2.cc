@@ -272,11 +272,14 @@ void quantize_activations_avx2(const float* x, int64_t cols, int64_t token_begin
 void matmul_rows_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_end) {
   switch (p.w->type) {
     case GgmlType::kF32:
-      return run_tiles<FloatKernel<F32Row>, FloatKernel<F32Row>::kRows, FloatKernel<F32Row>::kTokens>(p, row_begin, row_end);
+      return run_tiles<FloatKernel<F32Row>, FloatKernel<F32Row>::kRows, FloatKernel<F32Row>::kTokens>(p, row_begin,
+                                                                                                      row_end);
     case GgmlType::kF16:
-      return run_tiles<FloatKernel<F16Row>, FloatKernel<F16Row>::kRows, FloatKernel<F16Row>::kTokens>(p, row_begin, row_end);
+      return run_tiles<FloatKernel<F16Row>, FloatKernel<F16Row>::kRows, FloatKernel<F16Row>::kTokens>(p, row_begin,
+                                                                                                      row_end);
     case GgmlType::kBF16:
-      return run_tiles<FloatKernel<Bf16Row>, FloatKernel<Bf16Row>::kRows, FloatKernel<Bf16Row>::kTokens>(p, row_begin, row_end);
+      return run_tiles<FloatKernel<Bf16Row>, FloatKernel<Bf16Row>::kRows, FloatKernel<Bf16Row>::kTokens>(p, row_begin,
+                                                                                                         row_end);
     case GgmlType::kQ8_0:
       return run_kernel_tiles<Q8_0Kernel>(p, row_begin, row_end);
     case GgmlType::kQ4_0:

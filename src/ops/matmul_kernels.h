@@ -18,10 +18,10 @@ namespace kvlm::ops_internal {
 // Every ISA's quantizer produces bit-identical contents.
 struct QuantizedActivations {
   int64_t num_tokens = 0;
-  int64_t num_blocks = 0;  // per token: cols / 32
-  int8_t* qs = nullptr;    // [num_tokens, num_blocks, 32]
-  float* scales = nullptr; // [num_tokens, num_blocks]      d of each block
-  int32_t* bias = nullptr; // [num_tokens, num_blocks, 8]   -bias_offset · (sum of the lane's 4 q)
+  int64_t num_blocks = 0;   // per token: cols / 32
+  int8_t* qs = nullptr;     // [num_tokens, num_blocks, 32]
+  float* scales = nullptr;  // [num_tokens, num_blocks]      d of each block
+  int32_t* bias = nullptr;  // [num_tokens, num_blocks, 8]   -bias_offset · (sum of the lane's 4 q)
 
   // Bytes one token takes in the three arrays.
   static int64_t bytes_per_token(int64_t num_blocks) { return num_blocks * (32 + 4 + 8 * 4); }
@@ -30,23 +30,26 @@ struct QuantizedActivations {
 // The same activations regrouped for kernels that hold one token per 32-bit lane: 16 tokens
 // side by side, so one vpdpbusd multiplies 4 elements of one weight row (broadcast) with the
 // same 4 elements of 16 tokens, and a block's int32 dot completes before any float work.
-// Built from a QuantizedActivations by interleave_token_groups; only full groups exist.
+// The quants are stored +128 (q ^ 0x80) as vpdpbusd's unsigned operand, leaving the signed
+// operand to the weights; kernels subtract 128 · (sum of the block's weights).
+// Built from a QuantizedActivations by interleave_token_groups. The last group may be partly
+// padding (lanes past num_tokens: q = 0, scale 0), whose outputs are never stored.
 struct TokenGroupActivations {
   static constexpr int kTokens = 16;
   int64_t num_groups = 0;
+  int64_t num_tokens = 0;  // valid tokens: group g lane i is token g·16 + i when below this
   int64_t num_blocks = 0;
-  int8_t* qs = nullptr;     // [num_groups, num_blocks, 8 lanes, kTokens, 4]
+  uint8_t* qs = nullptr;    // [num_groups, num_blocks, 8 lanes, kTokens, 4]   q + 128
   float* scales = nullptr;  // [num_groups, num_blocks, kTokens]
-  int32_t* bias = nullptr;  // [num_groups, num_blocks, kTokens]   the block's 8 lane biases summed
 
-  static int64_t bytes_per_token(int64_t num_blocks) { return num_blocks * (32 + 4 + 4); }
+  static int64_t bytes_per_token(int64_t num_blocks) { return num_blocks * (32 + 4); }
 };
 
 // 64-byte aligned scratch that grows and never shrinks; carves the arrays of the two formats.
 class ActivationBuffer {
  public:
   QuantizedActivations view(int64_t num_tokens, int64_t num_blocks);
-  TokenGroupActivations group_view(int64_t num_groups, int64_t num_blocks);
+  TokenGroupActivations group_view(int64_t num_groups, int64_t num_tokens, int64_t num_blocks);
 
  private:
   uint8_t* reserve(int64_t bytes);
@@ -55,7 +58,8 @@ class ActivationBuffer {
   int64_t capacity_ = 0;
 };
 
-// Copies token groups [group_begin, group_end) of xq (token g·16 + i is lane i of group g).
+// Copies token groups [group_begin, group_end) of xq (token g·16 + i is lane i of group g),
+// padding lanes past out.num_tokens.
 void interleave_token_groups(const QuantizedActivations& xq, int64_t group_begin, int64_t group_end,
                              const TokenGroupActivations& out);
 
@@ -76,16 +80,16 @@ void quantize_activations_avx512(const float* x, int64_t cols, int64_t token_beg
 int32_t activation_bias_offset(Isa isa, GgmlType type);
 
 // One call's operands. Row kernels compute y[t][r] for t in [token_begin, token_end) and the
-// rows they are given; the token-group kernel computes tokens [group_begin·16, group_end·16).
-// Each element is summed in an order fixed by (cols, type, ISA, kernel) alone, so results do
-// not depend on how rows are split over threads, nor on the other tokens of the batch beyond
-// which kernel a token falls to (a token in a full group of 16 takes the token-group kernel).
+// rows they are given; the token-group kernel computes the tokens of groups
+// [group_begin, group_end). Each element is summed in an order fixed by (cols, type, ISA,
+// kernel) alone, so results do not depend on how rows are split over threads, nor on the
+// other tokens of the batch beyond which kernel a token falls to (token_groups_for_batch).
 struct MatmulProblem {
   const WeightMatrix* w = nullptr;
-  const float* x = nullptr;                    // [num_tokens, cols] f32 (F32/F16/BF16 weights)
-  const QuantizedActivations* xq = nullptr;    // quantized x (Q8_0/Q4_0 weights)
-  const TokenGroupActivations* xg = nullptr;   // the full groups of xq (token-group kernel)
-  float* y = nullptr;                          // [num_tokens, rows]
+  const float* x = nullptr;                   // [num_tokens, cols] f32 (F32/F16/BF16 weights)
+  const QuantizedActivations* xq = nullptr;   // quantized x (Q8_0/Q4_0 weights)
+  const TokenGroupActivations* xg = nullptr;  // xq regrouped (token-group kernel)
+  float* y = nullptr;                         // [num_tokens, rows]
   int64_t token_begin = 0;
   int64_t token_end = 0;
   int64_t group_begin = 0;
@@ -96,14 +100,15 @@ using MatmulRowsFn = void (*)(const MatmulProblem& p, int64_t row_begin, int64_t
 void matmul_rows_portable(const MatmulProblem& p, int64_t row_begin, int64_t row_end);
 void matmul_rows_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_end);
 void matmul_rows_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_end);
-// Q8_0 / Q4_0 only, on p.xg; roughly twice the rows kernel's throughput for batches.
+// Q8_0 / Q4_0 only, on p.xg; about twice the rows kernel's throughput for batches.
 void matmul_token_groups_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_end);
-// Whether matmul_with_isa sends full groups of 16 tokens to a token-group kernel.
-bool uses_token_groups(Isa isa, GgmlType type);
+// How many groups of 16 tokens (the last possibly partial) matmul_with_isa sends to the
+// token-group kernel for a batch; tokens past them take the row kernel. 0 where the ISA has
+// no token-group kernel for the type.
+int64_t token_groups_for_batch(Isa isa, GgmlType type, int64_t num_tokens);
 
 // matmul() on a chosen ISA (which the CPU must support): quantizes x if the weight type
 // needs it, then splits rows over the pool.
-void matmul_with_isa(Isa isa, const WeightMatrix& w, const float* x, float* y, int64_t num_tokens,
-                     ThreadPool& pool);
+void matmul_with_isa(Isa isa, const WeightMatrix& w, const float* x, float* y, int64_t num_tokens, ThreadPool& pool);
 
 }  // namespace kvlm::ops_internal

@@ -30,11 +30,29 @@ struct F32Elements {
   }
 };
 
+// Branch-free half -> float, so the dot product vectorizes: the half's exponent and mantissa
+// moved into f32 position read as a value 2^112 too small, normals and subnormals alike;
+// inf and nan take the f32 all-ones exponent instead.
+inline float fp16_to_fp32_select(uint16_t h) {
+  const uint32_t magnitude = static_cast<uint32_t>(h & 0x7fffu) << 13;
+  float scaled;
+  std::memcpy(&scaled, &magnitude, 4);
+  scaled *= 0x1p112f;
+  uint32_t bits;
+  std::memcpy(&bits, &scaled, 4);
+  const uint32_t inf_or_nan = 0u - static_cast<uint32_t>((h & 0x7c00u) == 0x7c00u);
+  bits = (bits & ~inf_or_nan) | ((magnitude | 0x7f800000u) & inf_or_nan);
+  bits |= static_cast<uint32_t>(h & 0x8000u) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
 struct F16Elements {
   static float at(const uint8_t* row, int64_t c) {
     uint16_t h;
     std::memcpy(&h, row + 2 * c, 2);
-    return fp16_to_fp32(h);
+    return fp16_to_fp32_select(h);
   }
 };
 
@@ -59,32 +77,37 @@ float dot_float(const uint8_t* row, const float* x, int64_t cols) {
   return sum;
 }
 
-// Σ_blocks d_w·d_x·(integer dot of the block), summed block after block.
+inline float block_scale(const uint8_t* block) {
+  uint16_t d;
+  std::memcpy(&d, block, 2);
+  return fp16_to_fp32_select(d);
+}
+
+// Σ_blocks d_w·d_x·(integer dot of the block), summed block after block. The quants are read
+// in place (int8_t may alias anything), which keeps the integer dot a plain vectorizable loop.
 float dot_q8_0(const uint8_t* row, const int8_t* xq, const float* scales, int64_t num_blocks) {
   float sum = 0.0f;
   for (int64_t b = 0; b < num_blocks; ++b) {
-    BlockQ8_0 block;
-    std::memcpy(&block, row + b * sizeof(BlockQ8_0), sizeof block);
+    const uint8_t* block = row + b * static_cast<int64_t>(sizeof(BlockQ8_0));
+    const int8_t* q = reinterpret_cast<const int8_t*>(block + 2);
     const int8_t* xb = xq + b * 32;
     int32_t dot = 0;
-    for (int i = 0; i < 32; ++i) dot += static_cast<int32_t>(block.qs[i]) * xb[i];
-    sum += fp16_to_fp32(block.d) * scales[b] * static_cast<float>(dot);
+    for (int i = 0; i < 32; ++i) dot += q[i] * xb[i];
+    sum += block_scale(block) * scales[b] * static_cast<float>(dot);
   }
   return sum;
 }
 
+// Q4_0 byte i holds element i (low nibble) and i+16 (high nibble), both stored + 8.
 float dot_q4_0(const uint8_t* row, const int8_t* xq, const float* scales, int64_t num_blocks) {
   float sum = 0.0f;
   for (int64_t b = 0; b < num_blocks; ++b) {
-    BlockQ4_0 block;
-    std::memcpy(&block, row + b * sizeof(BlockQ4_0), sizeof block);
+    const uint8_t* block = row + b * static_cast<int64_t>(sizeof(BlockQ4_0));
+    const uint8_t* q = block + 2;
     const int8_t* xb = xq + b * 32;
     int32_t dot = 0;
-    for (int i = 0; i < 16; ++i) {
-      dot += ((block.qs[i] & 0x0f) - 8) * xb[i];
-      dot += ((block.qs[i] >> 4) - 8) * xb[i + 16];
-    }
-    sum += fp16_to_fp32(block.d) * scales[b] * static_cast<float>(dot);
+    for (int i = 0; i < 16; ++i) dot += ((q[i] & 0x0f) - 8) * xb[i] + ((q[i] >> 4) - 8) * xb[i + 16];
+    sum += block_scale(block) * scales[b] * static_cast<float>(dot);
   }
   return sum;
 }

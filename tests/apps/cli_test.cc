@@ -81,7 +81,7 @@ TEST(Cli, MissingModelIsOneClearLine) {
 
 TEST(Cli, BadFlagValuesAreOneClearLine) {
   KVLM_REQUIRE_SHARED(model, "stories260K.gguf");
-  for (const std::string flags : {"--kv-type q7", "--block-size 0", "--top-p 0", "--max-tokens -3", "--bogus-flag"}) {
+  for (const std::string flags : {"--kv-type q7", "--block-size 0", "--top-p 0", "--max-tokens -3", "--threads 100000", "--bogus-flag"}) {
     const auto r = run_command(kvlm_binary() + " run --model " + model.string() + " " + flags);
     EXPECT_NE(r.exit_code, 0) << flags;
     EXPECT_EQ(count_lines(r.err), 1) << flags << ": " << r.err;

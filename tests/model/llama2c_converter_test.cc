@@ -22,16 +22,6 @@ namespace {
 namespace names = llama_names;
 namespace fs = std::filesystem;
 
-std::vector<uint8_t> read_bytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-void write_bytes(const fs::path& path, const std::vector<uint8_t>& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-}
-
 template <typename T>
 void append(std::vector<uint8_t>& bytes, T v) {
   const size_t at = bytes.size();
@@ -132,8 +122,8 @@ class TinyConvertTest : public ::testing::Test {
 
 TEST_F(TinyConvertTest, MapsEverySectionToItsTensorWithExactValues) {
   TinyCheckpoint ck;
-  write_bytes(checkpoint_, ck.bytes());
-  write_bytes(tokenizer_, tiny_tokenizer_bytes(kTinyPieces));
+  testing::write_bytes(checkpoint_, ck.bytes());
+  testing::write_bytes(tokenizer_, tiny_tokenizer_bytes(kTinyPieces));
   ASSERT_EQ(convert_error(), "");
 
   auto file = GgufFile::open(out_.string());
@@ -192,8 +182,8 @@ TEST_F(TinyConvertTest, MapsEverySectionToItsTensorWithExactValues) {
 TEST_F(TinyConvertTest, SharedClassifierOmitsOutputAndNameOptionWins) {
   TinyCheckpoint ck;
   ck.shared = true;
-  write_bytes(checkpoint_, ck.bytes());
-  write_bytes(tokenizer_, tiny_tokenizer_bytes(kTinyPieces));
+  testing::write_bytes(checkpoint_, ck.bytes());
+  testing::write_bytes(tokenizer_, tiny_tokenizer_bytes(kTinyPieces));
   Llama2cConvertOptions o = options();
   o.name = "my model";
   ASSERT_TRUE(convert_llama2c(o).ok());
@@ -205,11 +195,11 @@ TEST_F(TinyConvertTest, SharedClassifierOmitsOutputAndNameOptionWins) {
 }
 
 TEST_F(TinyConvertTest, RejectsBadCheckpointsWithFieldAndFile) {
-  write_bytes(tokenizer_, tiny_tokenizer_bytes(kTinyPieces));
+  testing::write_bytes(tokenizer_, tiny_tokenizer_bytes(kTinyPieces));
   TinyCheckpoint good;
   const std::vector<uint8_t> valid = good.bytes();
   auto expect_error = [&](std::vector<uint8_t> bytes, const std::string& needle) {
-    write_bytes(checkpoint_, bytes);
+    testing::write_bytes(checkpoint_, bytes);
     const std::string err = convert_error();
     EXPECT_NE(err.find(needle), std::string::npos) << "error: " << err << "\nexpected to contain: " << needle;
     EXPECT_NE(err.find(checkpoint_.string()), std::string::npos) << err;
@@ -241,9 +231,9 @@ TEST_F(TinyConvertTest, RejectsBadCheckpointsWithFieldAndFile) {
 
 TEST_F(TinyConvertTest, RejectsBadTokenizers) {
   TinyCheckpoint ck;
-  write_bytes(checkpoint_, ck.bytes());
+  testing::write_bytes(checkpoint_, ck.bytes());
   auto expect_error = [&](const std::vector<uint8_t>& bytes, const std::string& needle) {
-    write_bytes(tokenizer_, bytes);
+    testing::write_bytes(tokenizer_, bytes);
     const std::string err = convert_error();
     EXPECT_NE(err.find(needle), std::string::npos) << "error: " << err << "\nexpected to contain: " << needle;
     EXPECT_NE(err.find(tokenizer_.string()), std::string::npos) << err;
@@ -270,9 +260,9 @@ TEST_F(TinyConvertTest, RejectsBadTokenizers) {
 TEST_F(TinyConvertTest, MissingFilesAndBadOptionsAreErrors) {
   EXPECT_NE(convert_error().find("cannot open"), std::string::npos);
   TinyCheckpoint ck;
-  write_bytes(checkpoint_, ck.bytes());
+  testing::write_bytes(checkpoint_, ck.bytes());
   EXPECT_NE(convert_error().find(tokenizer_.string()), std::string::npos);
-  write_bytes(tokenizer_, tiny_tokenizer_bytes(kTinyPieces));
+  testing::write_bytes(tokenizer_, tiny_tokenizer_bytes(kTinyPieces));
   Llama2cConvertOptions o = options();
   o.weight_type = GgmlType::kQ4_K;
   EXPECT_NE(convert_llama2c(o).message().find("not supported"), std::string::npos);
@@ -354,7 +344,7 @@ TEST(Llama2cConverterShared, AidreamsMhaShapesMetadataAndValues) {
   EXPECT_EQ(f.get_string_array(names::kTokTokens)->size(), 512u);
   EXPECT_EQ(f.find_tensor(names::kOutput), nullptr);  // positive vocab_size: shared classifier
 
-  const std::vector<uint8_t> raw = read_bytes(checkpoint);
+  const std::vector<uint8_t> raw = testing::read_bytes(checkpoint);
   size_t at = 28;
   auto next = [&](int64_t n) {
     std::vector<float> v(static_cast<size_t>(n));

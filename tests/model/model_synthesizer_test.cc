@@ -20,11 +20,6 @@ namespace {
 namespace names = llama_names;
 namespace fs = std::filesystem;
 
-std::vector<uint8_t> read_bytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
 std::vector<float> tensor_floats(const GgufTensorInfo& t) {
   std::vector<float> out(static_cast<size_t>(t.num_elements()));
   const int64_t cols = t.dims[0];
@@ -243,9 +238,9 @@ TEST_F(SynthTest, WritesEveryTensorAndTheMetadata) {
 
 TEST_F(SynthTest, SameSeedSameBytesAnyThreadCount) {
   const SynthShape s = preset("tiny-gqa");
-  const std::vector<uint8_t> a = read_bytes(synth("a.gguf", s, GgmlType::kQ8_0, 7, 1));
-  const std::vector<uint8_t> b = read_bytes(synth("b.gguf", s, GgmlType::kQ8_0, 7, 2));
-  const std::vector<uint8_t> c = read_bytes(synth("c.gguf", s, GgmlType::kQ8_0, 8, 2));
+  const std::vector<uint8_t> a = testing::read_bytes(synth("a.gguf", s, GgmlType::kQ8_0, 7, 1));
+  const std::vector<uint8_t> b = testing::read_bytes(synth("b.gguf", s, GgmlType::kQ8_0, 7, 2));
+  const std::vector<uint8_t> c = testing::read_bytes(synth("c.gguf", s, GgmlType::kQ8_0, 8, 2));
   ASSERT_GT(a.size(), 100000u);
   EXPECT_TRUE(a == b) << "same seed, 1 vs 2 threads";
   ASSERT_EQ(a.size(), c.size());

@@ -2,13 +2,13 @@
 // straightforward double-precision references.
 #include "ops/elementwise.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "ops/elementwise_kernels.h"
 
@@ -154,8 +154,8 @@ std::vector<double> rope_reference(const RopeParams& p, const std::vector<float>
     for (int i = 0; i < num_pairs; ++i) {
       const int a = h * p.head_dim + (p.style == RopeStyle::kNormal ? 2 * i : i);
       const int b = a + (p.style == RopeStyle::kNormal ? 1 : num_pairs);
-      const double theta = static_cast<double>(pos) * p.freq_scale *
-                           std::pow(static_cast<double>(p.freq_base), -2.0 * i / p.rotary_dim);
+      const double theta =
+          static_cast<double>(pos) * p.freq_scale * std::pow(static_cast<double>(p.freq_base), -2.0 * i / p.rotary_dim);
       const double x0 = x[a];
       const double x1 = x[b];
       out[a] = x0 * std::cos(theta) - x1 * std::sin(theta);
@@ -173,8 +173,8 @@ struct RopeCase {
 };
 
 TEST(Rope, MatchesDoubleReferenceForBothStyles) {
-  const RopeCase cases[] = {{64, 64, 10000.0f, 1.0f}, {64, 32, 10000.0f, 1.0f}, {128, 128, 500000.0f, 0.25f},
-                            {80, 20, 1000000.0f, 1.0f}};
+  const RopeCase cases[] = {
+      {64, 64, 10000.0f, 1.0f}, {64, 32, 10000.0f, 1.0f}, {128, 128, 500000.0f, 0.25f}, {80, 20, 1000000.0f, 1.0f}};
   const int num_heads = 3;
   for (RopeStyle style : {RopeStyle::kNormal, RopeStyle::kNeox}) {
     for (const RopeCase& c : cases) {
@@ -188,8 +188,8 @@ TEST(Rope, MatchesDoubleReferenceForBothStyles) {
         for (int i = 0; i < num_heads * c.head_dim; ++i) {
           // cos/sin rounded to f32, then two products and a sum: a few ulp of the pair's magnitude.
           ASSERT_NEAR(got[i], ref[i], 1e-6 * (std::fabs(ref[i]) + 1.0))
-              << "style " << static_cast<int>(style) << " head_dim " << c.head_dim << " rotary_dim "
-              << c.rotary_dim << " pos " << pos << " i " << i;
+              << "style " << static_cast<int>(style) << " head_dim " << c.head_dim << " rotary_dim " << c.rotary_dim
+              << " pos " << pos << " i " << i;
           const int d = i % c.head_dim;
           if (d >= c.rotary_dim) {
             ASSERT_EQ(got[i], x[i]) << "dims past rotary_dim must be untouched";

@@ -2,15 +2,15 @@
 // reference over the dequantized weights.
 #include "ops/matmul.h"
 
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstring>
 #include <ostream>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
-#include <gtest/gtest.h>
 
 #include "core/quantize.h"
 #include "ops/matmul_kernels.h"
@@ -27,12 +27,10 @@ struct TestWeights {
   GgmlType type;
   int64_t rows = 0;
   int64_t cols = 0;
-  std::vector<uint8_t> bytes;     // [rows, row_bytes]
-  std::vector<float> dequant;     // [rows, cols]
+  std::vector<uint8_t> bytes;  // [rows, row_bytes]
+  std::vector<float> dequant;  // [rows, cols]
 
-  WeightMatrix matrix() const {
-    return WeightMatrix{type, bytes.data(), rows, cols, ggml_row_bytes(type, cols)};
-  }
+  WeightMatrix matrix() const { return WeightMatrix{type, bytes.data(), rows, cols, ggml_row_bytes(type, cols)}; }
 };
 
 TestWeights make_weights(GgmlType type, int64_t rows, int64_t cols, uint32_t seed) {
@@ -171,7 +169,7 @@ class MatmulTest : public ::testing::TestWithParam<TypeIsa> {};
 TEST_P(MatmulTest, MatchesReferenceOnOddShapes) {
   const auto [type, isa] = GetParam();
   ThreadPool pool(2);
-  std::vector<int64_t> col_counts = {32, 96, 256};  // 1, 3 and 8 blocks of 32
+  std::vector<int64_t> col_counts = {32, 96, 256};                             // 1, 3 and 8 blocks of 32
   if (!is_quantized(type)) col_counts.insert(col_counts.end(), {8, 40, 172});  // 172: stories260K FFN
   uint32_t seed = 1;
   for (int64_t rows : {1, 7, 33}) {
@@ -218,8 +216,8 @@ TEST_P(MatmulTest, DeterministicAcrossThreadCounts) {
 }
 
 // A token's outputs depend only on its own activations and on which kernel it falls to:
-// tokens in a full group of 16 take the token-group kernel where the ISA has one for the
-// type; every other token matches a single-token call bit for bit.
+// tokens in groups of 16 take the token-group kernel where the ISA has one for the type;
+// every other token matches a single-token call bit for bit.
 TEST_P(MatmulTest, TokenResultsIndependentOfBatchNeighbours) {
   const auto [type, isa] = GetParam();
   constexpr int64_t kGroup = ops_internal::TokenGroupActivations::kTokens;
@@ -229,8 +227,9 @@ TEST_P(MatmulTest, TokenResultsIndependentOfBatchNeighbours) {
   ThreadPool pool(2);
   std::vector<float> y(num_tokens * w.rows);
   ops_internal::matmul_with_isa(isa, w.matrix(), x.data(), y.data(), num_tokens, pool);
-  const bool grouped = ops_internal::uses_token_groups(isa, type);
-  for (int64_t t = grouped ? kGroup : 0; t < num_tokens; ++t) {
+  const int64_t num_groups = ops_internal::token_groups_for_batch(isa, type, num_tokens);
+  ASSERT_LE(num_groups, 1);
+  for (int64_t t = num_groups * kGroup; t < num_tokens; ++t) {
     std::vector<float> single(w.rows);
     ops_internal::matmul_with_isa(isa, w.matrix(), &x[t * w.cols], single.data(), 1, pool);
     ASSERT_EQ(std::memcmp(single.data(), &y[t * w.rows], w.rows * sizeof(float)), 0) << "token " << t;
@@ -247,6 +246,16 @@ TEST_P(MatmulTest, TokenResultsIndependentOfBatchNeighbours) {
   for (int64_t t = 0; t < kGroup; ++t) {
     ASSERT_EQ(std::memcmp(&y2[(kGroup - 1 - t) * w.rows], &y[t * w.rows], w.rows * sizeof(float)), 0) << t;
     ASSERT_EQ(std::memcmp(&y2[(kGroup + t) * w.rows], &y[t * w.rows], w.rows * sizeof(float)), 0) << t;
+  }
+  // 16 + 12 tokens: the last 12 fill a padded group where the ISA groups tokens.
+  const int64_t num_tokens3 = kGroup + 12;
+  std::vector<float> x3(num_tokens3 * w.cols);
+  std::memcpy(x3.data(), x.data(), kGroup * w.cols * sizeof(float));
+  std::memcpy(&x3[kGroup * w.cols], x.data(), 12 * w.cols * sizeof(float));
+  std::vector<float> y3(num_tokens3 * w.rows, NAN);
+  ops_internal::matmul_with_isa(isa, w.matrix(), x3.data(), y3.data(), num_tokens3, pool);
+  for (int64_t t = 0; t < 12; ++t) {
+    ASSERT_EQ(std::memcmp(&y3[(kGroup + t) * w.rows], &y[t * w.rows], w.rows * sizeof(float)), 0) << t;
   }
 }
 
@@ -292,7 +301,8 @@ TEST(Matmul, HalfWeightsConvertExactly) {
       ops_internal::matmul_with_isa(isa, w.matrix(), x.data(), y.data(), cols, pool);
       for (int64_t t = 0; t < cols; ++t) {
         for (int64_t r = 0; r < rows; ++r) {
-          ASSERT_EQ(y[t * rows + r], w.dequant[r * cols + t]) << type_isa_name(type, isa) << " pattern " << r * cols + t;
+          ASSERT_EQ(y[t * rows + r], w.dequant[r * cols + t])
+              << type_isa_name(type, isa) << " pattern " << r * cols + t;
         }
       }
     }
@@ -349,8 +359,7 @@ struct QuantizedCopy {
   std::vector<int32_t> bias;
 };
 
-QuantizedCopy quantize_with(Isa isa, const std::vector<float>& x, int64_t num_tokens, int64_t cols,
-                            int32_t offset) {
+QuantizedCopy quantize_with(Isa isa, const std::vector<float>& x, int64_t num_tokens, int64_t cols, int32_t offset) {
   const int64_t num_blocks = cols / 32;
   ops_internal::ActivationBuffer buffer;
   const ops_internal::QuantizedActivations q = buffer.view(num_tokens, num_blocks);

@@ -1,6 +1,8 @@
 #include "support/test_paths.h"
 
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 
 #include <gtest/gtest.h>
 
@@ -39,6 +41,16 @@ std::filesystem::path scratch_dir(const std::string& test_name) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
+}
+
+std::vector<uint8_t> read_bytes(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void write_bytes(const std::filesystem::path& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
 }
 
 }  // namespace kvlm::testing

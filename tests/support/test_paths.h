@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
+#include <cstdint>
 
 namespace kvlm::testing {
 
@@ -16,6 +18,10 @@ std::optional<std::filesystem::path> shared_file(const std::string& name);
 
 // A fresh, empty scratch folder under the build tree, private to the running test.
 std::filesystem::path scratch_dir(const std::string& test_name);
+
+// Whole-file helpers for tests that corrupt or compare files.
+std::vector<uint8_t> read_bytes(const std::filesystem::path& path);
+void write_bytes(const std::filesystem::path& path, const std::vector<uint8_t>& bytes);
 
 }  // namespace kvlm::testing
 
