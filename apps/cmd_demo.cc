@@ -22,6 +22,19 @@ struct DemoFlags {
   int threads = 0;
 };
 
+// Random weights emit arbitrary byte tokens: show them as \xNN instead of broken UTF-8.
+std::string printable(const std::string& text) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (c == '\n' || (c >= 0x20 && c < 0x7f)) {
+      out += static_cast<char>(c);
+    } else {
+      out += fmt::format("\\x{:02x}", c);
+    }
+  }
+  return out;
+}
+
 // The tolerance the test suite holds the F32 cache to; F16 rounding is reported, not judged here.
 constexpr double kF32Tolerance = 1e-4;
 
@@ -50,12 +63,14 @@ void run(const DemoFlags& f) {
   for (const char* kv : {"f32", "f16"}) {
     GenerationOptions options;
     options.max_tokens = f.max_tokens;
-    options.sampler.temperature = 0;
+    // Sampled with a fixed seed: greedy decoding of random weights tends to repeat one token.
+    options.sampler.temperature = 1.0f;
+    options.sampler.seed = 1;
     options.k_type = options.v_type = *parse_kv_type(kv);
     options.verify = true;
     options.stop_at_eos = false;
     auto result = value_or_throw(generator.generate(prompt, options, {}));
-    std::printf("\n-- %s cache --\ntext (random weights, so not English): %s\n", kv, result.text.c_str());
+    std::printf("\n-- %s cache --\ntext (random weights, so not English): %s\n", kv, printable(result.text).c_str());
     std::printf("%s", format_stats(result, *model, RunDescription{path, kv, kv, 0}).c_str());
     if (std::string(kv) == "f32") {
       const bool ok = result.stats.verify_max_rel_error <= kF32Tolerance && result.stats.blocks_leaked == 0;

@@ -11,5 +11,6 @@ CLI::App* add_inspect_command(CLI::App& app);
 CLI::App* add_convert_command(CLI::App& app);
 CLI::App* add_synth_command(CLI::App& app);
 CLI::App* add_demo_command(CLI::App& app);
+CLI::App* add_eval_command(CLI::App& app);
 
 }  // namespace kvlm::cli

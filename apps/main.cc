@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   kvlm::cli::add_convert_command(app);
   kvlm::cli::add_synth_command(app);
   kvlm::cli::add_demo_command(app);
+  kvlm::cli::add_eval_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
