@@ -10,6 +10,7 @@
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_writer.h"
 #include "kv/kv_storage.h"
+#include "model/llama2c_converter.h"
 #include "model/llama_model.h"
 #include "model/model_synthesizer.h"
 #include "reference/reference_forward.h"
@@ -167,6 +168,31 @@ TEST(ModelLoading, MissingHyperParameterIsNamed) {
   auto model = LlamaModel::load(dst);
   ASSERT_FALSE(model.ok());
   EXPECT_NE(model.status().message().find("llama.embedding_length"), std::string::npos) << model.status().message();
+}
+
+}  // namespace
+}  // namespace kvlm
+
+namespace kvlm {
+namespace {
+
+// The GGUF kvlm converts from llama2.c and the llama.cpp-made GGUF must compute the same logits.
+TEST(ModelLoading, ConvertedStories260KGivesIdenticalLogits) {
+  KVLM_REQUIRE_SHARED(reference_path, "stories260K.gguf");
+  KVLM_REQUIRE_SHARED(checkpoint, "stories260K.bin");
+  KVLM_REQUIRE_SHARED(tokenizer, "tok512.bin");
+  Llama2cConvertOptions options;
+  options.checkpoint_path = checkpoint.string();
+  options.tokenizer_path = tokenizer.string();
+  options.out_path = (testing::scratch_dir("converted") / "stories260K.gguf").string();
+  ASSERT_TRUE(convert_llama2c(options).ok());
+  auto converted = LlamaModel::load(options.out_path);
+  auto reference = LlamaModel::load(reference_path.string());
+  ASSERT_TRUE(converted.ok()) << converted.status().message();
+  ASSERT_TRUE(reference.ok()) << reference.status().message();
+  const std::vector<TokenId> tokens = (*reference)->tokenizer().encode("Once upon a time, Lily saw a big dog.", true);
+  EXPECT_EQ((*converted)->tokenizer().encode("Once upon a time, Lily saw a big dog.", true), tokens);
+  EXPECT_EQ(logits_of(**converted, tokens), logits_of(**reference, tokens));
 }
 
 }  // namespace
