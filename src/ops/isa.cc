@@ -24,8 +24,8 @@ bool isa_supported(Isa isa) {
     case Isa::kAvx2:
       return f.avx2 && f.fma && f.f16c;
     case Isa::kAvx512:
-      // CpuFeatures does not report DQ; every CPU with AVX-512 VNNI has it.
-      return f.avx2 && f.fma && f.f16c && f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni;
+      // The avx512 files are compiled with f, bw, vl, dq and vnni: all must be present.
+      return f.avx2 && f.fma && f.f16c && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni;
   }
   return false;
 }
