@@ -101,7 +101,7 @@ Result<GenerationResult> Generator::generate(const std::vector<TokenId>& prompt,
     if (!cache.reserve(seq, static_cast<int>(new_tokens.size()))) {
       return Status::errorf("the KV pool ({} blocks) has no room for {} more tokens", num_blocks, new_tokens.size());
     }
-    const std::vector<int32_t> table = cache.table(seq).block_ids();
+    const std::vector<int32_t>& table = cache.table(seq).block_ids();  // unchanged until append()
     model_.forward(SequenceStep{new_tokens, num_cached, table, rows}, *storage, pool_, logits);
     cache.append(seq, static_cast<int>(new_tokens.size()));
     stats.kv_blocks_peak = std::max(stats.kv_blocks_peak, cache.num_used_blocks());

@@ -21,27 +21,8 @@ constexpr uint64_t kMaxReserve = 4096;
 
 // Fewest bytes one value of this type occupies, so `count * this` bounds what a count can claim.
 uint64_t min_value_bytes(GgufType type) {
-  switch (type) {
-    case GgufType::kUint8:
-    case GgufType::kInt8:
-    case GgufType::kBool:
-      return 1;
-    case GgufType::kUint16:
-    case GgufType::kInt16:
-      return 2;
-    case GgufType::kUint32:
-    case GgufType::kInt32:
-    case GgufType::kFloat32:
-      return 4;
-    case GgufType::kUint64:
-    case GgufType::kInt64:
-    case GgufType::kFloat64:
-    case GgufType::kString:  // the length alone
-      return 8;
-    case GgufType::kArray:  // element type and count
-      return 12;
-  }
-  return 1;
+  if (const uint64_t fixed = gguf_scalar_bytes(type); fixed > 0) return fixed;
+  return type == GgufType::kArray ? 12 : 8;  // array: element type and count; string: the length alone
 }
 
 // "[begin, end)" in absolute file offsets, without overflowing when a claimed size is absurd.

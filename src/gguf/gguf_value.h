@@ -28,6 +28,32 @@ enum class GgufType : uint32_t {
 
 std::string_view gguf_type_name(GgufType type);
 
+// Bytes one value of a fixed-size type occupies in the file; 0 for strings and arrays,
+// whose size depends on their contents.
+inline uint64_t gguf_scalar_bytes(GgufType type) {
+  switch (type) {
+    case GgufType::kUint8:
+    case GgufType::kInt8:
+    case GgufType::kBool:
+      return 1;
+    case GgufType::kUint16:
+    case GgufType::kInt16:
+      return 2;
+    case GgufType::kUint32:
+    case GgufType::kInt32:
+    case GgufType::kFloat32:
+      return 4;
+    case GgufType::kUint64:
+    case GgufType::kInt64:
+    case GgufType::kFloat64:
+      return 8;
+    case GgufType::kString:
+    case GgufType::kArray:
+      return 0;
+  }
+  return 0;
+}
+
 // A value keeps the exact stored type so a writer can reproduce it. Integers are held
 // in a uint64_t/int64_t wide enough for every integer type; arrays hold elements of one type.
 class GgufValue {

@@ -107,23 +107,6 @@ void put_string(std::vector<uint8_t>& out, std::string_view s) {
   out.insert(out.end(), s.begin(), s.end());
 }
 
-int type_bytes(GgufType type) {
-  switch (type) {
-    case GgufType::kUint8:
-    case GgufType::kInt8:
-    case GgufType::kBool:
-      return 1;
-    case GgufType::kUint16:
-    case GgufType::kInt16:
-      return 2;
-    case GgufType::kUint32:
-    case GgufType::kInt32:
-      return 4;
-    default:
-      return 8;
-  }
-}
-
 // The value without its type tag (arrays carry their element type and count).
 void put_value(std::vector<uint8_t>& out, const GgufValue& value) {
   switch (value.type()) {
@@ -132,14 +115,14 @@ void put_value(std::vector<uint8_t>& out, const GgufValue& value) {
     case GgufType::kUint16:
     case GgufType::kUint32:
     case GgufType::kUint64:
-      put_uint(out, *value.as_uint(), type_bytes(value.type()));
+      put_uint(out, *value.as_uint(), static_cast<int>(gguf_scalar_bytes(value.type())));
       return;
     case GgufType::kInt8:
     case GgufType::kInt16:
     case GgufType::kInt32:
     case GgufType::kInt64:
       // Two's complement: the low bytes of the 64-bit pattern are the narrower encoding.
-      put_uint(out, static_cast<uint64_t>(*value.as_int()), type_bytes(value.type()));
+      put_uint(out, static_cast<uint64_t>(*value.as_int()), static_cast<int>(gguf_scalar_bytes(value.type())));
       return;
     case GgufType::kFloat32: {
       const float f = static_cast<float>(*value.as_float());
