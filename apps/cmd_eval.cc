@@ -15,6 +15,7 @@
 #include "eval/kld.h"
 #include "eval/perplexity.h"
 #include "kv/kv_type.h"
+#include "kv_flags.h"
 #include "model/llama_model.h"
 
 namespace kvlm::cli {
@@ -24,7 +25,7 @@ struct PplFlags {
   std::string model;
   std::string text;
   int ctx = 512;
-  std::string kv_type = "f32";
+  KvTypeFlags kv;
   int block_size = 16;
   int threads = 0;
   int max_chunks = 0;
@@ -43,8 +44,7 @@ std::string read_text_file(const std::string& path) {
 }
 
 void run_ppl(const PplFlags& f) {
-  auto type = parse_kv_type(f.kv_type);
-  if (!type) throw CliError(fmt::format("--kv-type '{}' is not one of: f32, f16", f.kv_type));
+  const KvType k_type = f.kv.k_type(), v_type = f.kv.v_type();
   if (!f.kld_base.empty() && !f.kld.empty()) throw CliError("--kld-base and --kld cannot be used together");
   if (!std::filesystem::is_regular_file(f.text)) throw CliError(fmt::format("text file '{}' not found", f.text));
   const std::string text = read_text_file(f.text);
@@ -54,7 +54,8 @@ void run_ppl(const PplFlags& f) {
 
   PerplexityOptions options;
   options.ctx = f.ctx;
-  options.k_type = options.v_type = *type;
+  options.k_type = k_type;
+  options.v_type = v_type;
   options.block_size = f.block_size;
   options.max_windows = f.max_chunks;
   options.prefill_chunk = f.prefill_chunk;
@@ -103,7 +104,9 @@ void run_ppl(const PplFlags& f) {
       {"model", f.model},
       {"text", f.text},
       {"ctx", f.ctx},
-      {"kv_type", f.kv_type},
+      {"kv_type", f.kv.label()},
+      {"kv_type_k", kv_type_name(k_type)},
+      {"kv_type_v", kv_type_name(v_type)},
       {"block_size", f.block_size},
       {"threads", pool.num_threads()},
       {"text_tokens", r.num_text_tokens},
@@ -135,7 +138,7 @@ void run_ppl(const PplFlags& f) {
     return;
   }
   std::printf("perplexity: %s, ctx %d, kv %s: %d windows, %lld tokens scored (of %lld) in %.2f s\n",
-              f.text.c_str(), f.ctx, f.kv_type.c_str(), r.plan.num_windows, static_cast<long long>(s.num_scored),
+              f.text.c_str(), f.ctx, f.kv.label().c_str(), r.plan.num_windows, static_cast<long long>(s.num_scored),
               static_cast<long long>(r.num_text_tokens), r.seconds);
   std::printf("PPL = %.4f +/- %.4f   mean NLL = %.6f +/- %.6f\n", s.ppl, s.ppl_stderr, s.mean_nll, s.nll_stderr);
   std::printf("KV: peak %llu bytes held (%d blocks of %d tokens); formula %llu bytes/token x %d = %llu bytes\n",
@@ -160,7 +163,7 @@ CLI::App* add_eval_command(CLI::App& app) {
   cmd->add_option("--model,-m", flags->model, "GGUF model file")->required();
   cmd->add_option("--text,-f", flags->text, "text file to evaluate")->required();
   cmd->add_option("--ctx,-c", flags->ctx, "tokens per window")->capture_default_str();
-  cmd->add_option("--kv-type", flags->kv_type, "KV cache element type: f32 | f16")->capture_default_str();
+  flags->kv.add_to(cmd);
   cmd->add_option("--block-size", flags->block_size, "tokens per KV block")->capture_default_str();
   cmd->add_option("--threads,-t", flags->threads, "threads (default: all cores)");
   cmd->add_option("--max-chunks", flags->max_chunks, "evaluate at most this many windows; 0 = all")

@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "engine/generator.h"
 #include "kv/kv_type.h"
+#include "kv_flags.h"
 #include "model/llama_model.h"
 #include "run_report.h"
 
@@ -25,19 +26,13 @@ struct RunFlags {
   float min_p = 0.05f;
   float repeat_penalty = 1.0f;
   int64_t seed = -1;
-  std::string kv_type = "f32";
+  KvTypeFlags kv;
   int block_size = 16;
   int threads = 0;
   bool stats = false;
   bool json = false;
   bool verify = false;
 };
-
-KvType parse_kv_type_flag(const std::string& name) {
-  auto type = parse_kv_type(name);
-  if (!type) throw CliError(fmt::format("--kv-type '{}' is not one of: f32, f16", name));
-  return *type;
-}
 
 void run(const RunFlags& f) {
   auto model = value_or_throw(LlamaModel::load(f.model));
@@ -56,7 +51,8 @@ void run(const RunFlags& f) {
   options.sampler.seed = f.seed >= 0 ? static_cast<uint64_t>(f.seed)
                                      : static_cast<uint64_t>(
                                            std::chrono::steady_clock::now().time_since_epoch().count());
-  options.k_type = options.v_type = parse_kv_type_flag(f.kv_type);
+  options.k_type = f.kv.k_type();
+  options.v_type = f.kv.v_type();
   options.block_size = f.block_size;
   options.verify = f.verify;
 
@@ -68,7 +64,8 @@ void run(const RunFlags& f) {
   };
   auto result = value_or_throw(generator.generate(prompt, options, f.json ? Generator::TextCallback{} : print));
 
-  const RunDescription desc{f.model, f.kv_type, f.kv_type, options.sampler.seed};
+  const RunDescription desc{f.model, std::string(kv_type_name(options.k_type)), std::string(kv_type_name(options.v_type)),
+                            options.sampler.seed};
   if (f.json) {
     std::printf("%s\n", stats_to_json(result, *model, desc).dump(2).c_str());
     return;
@@ -96,7 +93,7 @@ CLI::App* add_run_command(CLI::App& app) {
   cmd->add_option("--repeat-penalty", flags->repeat_penalty, "penalty for recently seen tokens; 1 = off")
       ->capture_default_str();
   cmd->add_option("--seed", flags->seed, "RNG seed (default: from the clock)");
-  cmd->add_option("--kv-type", flags->kv_type, "KV cache element type: f32 | f16")->capture_default_str();
+  flags->kv.add_to(cmd);
   cmd->add_option("--block-size", flags->block_size, "tokens per KV block")->capture_default_str();
   cmd->add_option("--threads,-t", flags->threads, "threads (default: all cores)");
   cmd->add_flag("--stats", flags->stats, "print speed, cache savings and KV memory to stderr");

@@ -27,4 +27,18 @@ std::string_view kv_type_name(KvType type) {
   return {};
 }
 
+std::span<const KvType> all_kv_types() {
+  static constexpr KvType kAll[] = {KvType::kF32, KvType::kF16};
+  return kAll;
+}
+
+std::string kv_type_list() {
+  std::string names;
+  for (KvType type : all_kv_types()) {
+    if (!names.empty()) names += ", ";
+    names += kv_type_name(type);
+  }
+  return names;
+}
+
 }  // namespace kvlm

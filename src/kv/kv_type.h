@@ -2,6 +2,8 @@
 #pragma once
 
 #include <optional>
+#include <span>
+#include <string>
 #include <string_view>
 
 namespace kvlm {
@@ -16,5 +18,9 @@ enum class KvType {
 std::optional<KvType> parse_kv_type(std::string_view name);
 // "f32", "f16".
 std::string_view kv_type_name(KvType type);
+// Every type this build supports, in declaration order (planners and reports iterate it).
+std::span<const KvType> all_kv_types();
+// "f32, f16, ...": the names for error messages and --help.
+std::string kv_type_list();
 
 }  // namespace kvlm

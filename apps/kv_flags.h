@@ -1,0 +1,42 @@
+// --kv-type / --kv-type-k / --kv-type-v: the KV cache codecs chosen on the command line.
+#pragma once
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "cli_error.h"
+#include "kv/kv_type.h"
+
+namespace kvlm::cli {
+
+// K and V may use different codecs; --kv-type sets both, and the specific flags override it.
+struct KvTypeFlags {
+  std::string both = "f32";
+  std::string k;  // empty: same as `both`
+  std::string v;
+
+  void add_to(CLI::App* cmd) {
+    cmd->add_option("--kv-type", both, "KV cache codec for K and V: " + kv_type_list())->capture_default_str();
+    cmd->add_option("--kv-type-k", k, "KV cache codec for K (overrides --kv-type)");
+    cmd->add_option("--kv-type-v", v, "KV cache codec for V (overrides --kv-type)");
+  }
+
+  KvType k_type() const { return parse(k.empty() ? both : k, k.empty() ? "--kv-type" : "--kv-type-k"); }
+  KvType v_type() const { return parse(v.empty() ? both : v, v.empty() ? "--kv-type" : "--kv-type-v"); }
+  // "f16" when K and V agree, else "int8/int4" (K/V), for tables and reports.
+  std::string label() const {
+    const std::string_view kn = kv_type_name(k_type()), vn = kv_type_name(v_type());
+    return kn == vn ? std::string(kn) : fmt::format("{}/{}", kn, vn);
+  }
+
+ private:
+  static KvType parse(const std::string& name, const char* flag) {
+    auto type = parse_kv_type(name);
+    if (!type) throw CliError(fmt::format("{} '{}' is not one of: {}", flag, name, kv_type_list()));
+    return *type;
+  }
+};
+
+}  // namespace kvlm::cli
