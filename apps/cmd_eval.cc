@@ -17,6 +17,8 @@
 #include "kv/kv_type.h"
 #include "kv_flags.h"
 #include "model/llama_model.h"
+#include "planner_check.h"
+#include "text_file.h"
 
 namespace kvlm::cli {
 namespace {
@@ -35,18 +37,9 @@ struct PplFlags {
   std::string kld;       // compare against this baseline
 };
 
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw CliError(fmt::format("cannot read text file '{}'", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 void run_ppl(const PplFlags& f) {
   const KvType k_type = f.kv.k_type(), v_type = f.kv.v_type();
   if (!f.kld_base.empty() && !f.kld.empty()) throw CliError("--kld-base and --kld cannot be used together");
-  if (!std::filesystem::is_regular_file(f.text)) throw CliError(fmt::format("text file '{}' not found", f.text));
   const std::string text = read_text_file(f.text);
   auto model = value_or_throw(LlamaModel::load(f.model));
   const Tokenizer& tok = model->tokenizer();
@@ -99,6 +92,9 @@ void run_ppl(const PplFlags& f) {
   const PerplexityResult r = value_or_throw(evaluate_perplexity(*model, pool, tokens, options, on_scored));
   if (writer) throw_if_error(writer->finish());
   const PerplexityStats& s = r.stats;
+  // Windows run one at a time from an empty cache: the peak is one sequence of ctx tokens.
+  const PlannerCheck planner =
+      check_against_planner(model->config(), k_type, v_type, f.block_size, {f.ctx}, r.kv_bytes_peak);
 
   nlohmann::json j = {
       {"model", f.model},
@@ -120,6 +116,7 @@ void run_ppl(const PplFlags& f) {
       {"kv_bytes_formula", r.kv_bytes_formula},
       {"kv_bytes_peak", r.kv_bytes_peak},
       {"kv_blocks_peak", r.kv_blocks_peak},
+      {"kv_planner", planner.json()},
       {"seconds", r.seconds},
   };
   std::optional<KldStats> k;
@@ -145,6 +142,7 @@ void run_ppl(const PplFlags& f) {
               static_cast<unsigned long long>(r.kv_bytes_peak), r.kv_blocks_peak, f.block_size,
               static_cast<unsigned long long>(r.kv_bytes_per_token), f.ctx,
               static_cast<unsigned long long>(r.kv_bytes_formula));
+  std::printf("%s", planner.line().c_str());
   if (k) {
     std::printf("vs baseline %s: base PPL %.4f, dPPL %+.6f\n", f.kld.c_str(), k->base_ppl, k->delta_ppl);
     std::printf("KLD mean %.6g +/- %.2g, p99 %.6g, max %.6g; top-1 agreement %.4f%%; RMS dp %.4f%%\n", k->mean_kld,
@@ -173,6 +171,8 @@ CLI::App* add_eval_command(CLI::App& app) {
   cmd->add_option("--kld-base", flags->kld_base, "save this run's log-probabilities as a KLD baseline");
   cmd->add_option("--kld", flags->kld, "compare against a baseline saved with --kld-base");
   cmd->callback([flags] { run_ppl(*flags); });
+  add_eval_stream_command(eval);
+  add_eval_recall_command(eval);
   return eval;
 }
 

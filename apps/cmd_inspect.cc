@@ -10,10 +10,12 @@
 #include "cli_error.h"
 #include "commands.h"
 #include "gguf/gguf_file.h"
-#include "kv/kv_codec.h"
+#include "kv/kv_type.h"
 #include "model/model_config.h"
 #include "model/tokenizer.h"
 #include "model/tokenizer_gguf.h"
+#include "plan/kv_planner.h"
+#include "plan/model_shape.h"
 
 namespace kvlm::cli {
 namespace {
@@ -23,14 +25,6 @@ struct InspectFlags {
   bool tensors = false;
   bool metadata = false;
 };
-
-// K + V bytes per token over all layers for one KV type, from the codec's block size
-// (so per-block metadata of future codecs is counted too), with a 16-token block.
-uint64_t kv_bytes_per_token(const ModelConfig& c, KvType type) {
-  const KvLayout layout{c.num_layers, c.num_kv_heads, c.head_dim, 16};
-  const uint64_t block = kv_codec(type).block_bytes(layout);
-  return 2 * static_cast<uint64_t>(c.num_layers) * block / static_cast<uint64_t>(layout.block_size);
-}
 
 std::string human_bytes(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -100,11 +94,15 @@ void run(const InspectFlags& f) {
 
   std::printf("KV cache         bytes per token = 2 x %d layers x %d kv heads x %d dims x bytes per value\n",
               c.num_layers, c.num_kv_heads, c.head_dim);
-  for (KvType type : {KvType::kF32, KvType::kF16}) {
-    const uint64_t per_token = kv_bytes_per_token(c, type);
-    std::printf("  %-5s %10llu bytes/token   %s at the full context of %d tokens\n",
-                std::string(kv_type_name(type)).c_str(), static_cast<unsigned long long>(per_token),
-                human_bytes(static_cast<double>(per_token) * c.context_length).c_str(), c.context_length);
+  // Every codec of this build, through the planner (the same numbers `kvlm plan` and the live pool give).
+  const ModelShape shape = model_shape_from_config(c);
+  for (KvType type : all_kv_types()) {
+    const auto footprint = kv_footprint(shape, type, type, CacheForm::kFull, 16);
+    if (!footprint.ok()) continue;
+    const double per_token = footprint->bytes_per_token();
+    std::printf("  %-6s %10.1f bytes/token   %s at the full context of %d tokens (16-token blocks, scales included)\n",
+                std::string(kv_type_name(type)).c_str(), per_token, human_bytes(per_token * c.context_length).c_str(),
+                c.context_length);
   }
 }
 

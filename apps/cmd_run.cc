@@ -64,8 +64,7 @@ void run(const RunFlags& f) {
   };
   auto result = value_or_throw(generator.generate(prompt, options, f.json ? Generator::TextCallback{} : print));
 
-  const RunDescription desc{f.model, std::string(kv_type_name(options.k_type)), std::string(kv_type_name(options.v_type)),
-                            options.sampler.seed};
+  const RunDescription desc{f.model, options.k_type, options.v_type, options.sampler.seed};
   if (f.json) {
     std::printf("%s\n", stats_to_json(result, *model, desc).dump(2).c_str());
     return;

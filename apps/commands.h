@@ -12,5 +12,11 @@ CLI::App* add_convert_command(CLI::App& app);
 CLI::App* add_synth_command(CLI::App& app);
 CLI::App* add_demo_command(CLI::App& app);
 CLI::App* add_eval_command(CLI::App& app);
+CLI::App* add_plan_command(CLI::App& app);
+// Subcommands of `eval`, added by add_eval_command.
+CLI::App* add_eval_stream_command(CLI::App* eval);
+CLI::App* add_eval_recall_command(CLI::App* eval);
+CLI::App* add_report_command(CLI::App& app);
+CLI::App* add_bench_command(CLI::App& app);
 
 }  // namespace kvlm::cli

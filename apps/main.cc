@@ -16,6 +16,9 @@ int main(int argc, char** argv) {
   kvlm::cli::add_synth_command(app);
   kvlm::cli::add_demo_command(app);
   kvlm::cli::add_eval_command(app);
+  kvlm::cli::add_plan_command(app);
+  kvlm::cli::add_report_command(app);
+  kvlm::cli::add_bench_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

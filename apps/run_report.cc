@@ -3,8 +3,18 @@
 #include <fmt/format.h>
 
 #include "model/llama_model.h"
+#include "planner_check.h"
 
 namespace kvlm::cli {
+namespace {
+
+// The planner predicts the peak: the sequence only grows, so it peaked at the tokens it ended with.
+PlannerCheck planner_check(const GenerationStats& s, const LlamaModel& model, const RunDescription& run) {
+  return check_against_planner(model.config(), run.k_type, run.v_type, s.block_size, {s.kv_tokens_cached},
+                               s.kv_bytes_allocated);
+}
+
+}  // namespace
 
 std::string format_stats(const GenerationResult& r, const LlamaModel& model, const RunDescription& run) {
   const GenerationStats& s = r.stats;
@@ -21,10 +31,12 @@ std::string format_stats(const GenerationResult& r, const LlamaModel& model, con
                      s.kv_projections_cached ? static_cast<double>(s.kv_projections_recompute) / s.kv_projections_cached
                                              : 0.0);
   out += fmt::format("KV per token     {} bytes = 2 x {} layers x {} kv heads x {} dims x K {} / V {}\n",
-                     s.kv_bytes_per_token, c.num_layers, c.num_kv_heads, c.head_dim, run.k_type, run.v_type);
+                     s.kv_bytes_per_token, c.num_layers, c.num_kv_heads, c.head_dim, kv_type_name(run.k_type),
+                     kv_type_name(run.v_type));
   out += fmt::format("KV allocated     {} bytes in {} blocks of {} tokens (peak; {} bytes for {} tokens by formula)\n",
                      s.kv_bytes_allocated, s.kv_blocks_peak, s.block_size,
                      s.kv_bytes_per_token * static_cast<uint64_t>(s.kv_tokens_cached), s.kv_tokens_cached);
+  out += planner_check(s, model, run).line();
   out += fmt::format("KV pool          {} bytes reserved, {} blocks leaked\n", s.kv_pool_bytes, s.blocks_leaked);
   if (s.verified) {
     out += fmt::format("verify           cached logits vs no-cache reference: max relative error {:.2e}\n",
@@ -45,8 +57,9 @@ nlohmann::json stats_to_json(const GenerationResult& r, const LlamaModel& model,
       {"decode_tokens_per_second", s.decode_tokens_per_second()},
       {"kv_projections_cached", s.kv_projections_cached},
       {"kv_projections_recompute", s.kv_projections_recompute},
-      {"kv_type_k", run.k_type},
-      {"kv_type_v", run.v_type},
+      {"kv_type_k", kv_type_name(run.k_type)},
+      {"kv_type_v", kv_type_name(run.v_type)},
+      {"kv_planner", planner_check(s, model, run).json()},
       {"kv_bytes_per_token", s.kv_bytes_per_token},
       {"kv_bytes_allocated", s.kv_bytes_allocated},
       {"kv_blocks_peak", s.kv_blocks_peak},

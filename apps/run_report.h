@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/generator.h"
+#include "kv/kv_type.h"
 
 namespace kvlm {
 class LlamaModel;
@@ -15,8 +16,8 @@ namespace kvlm::cli {
 
 struct RunDescription {
   std::string model_path;
-  std::string k_type;
-  std::string v_type;
+  KvType k_type = KvType::kF32;
+  KvType v_type = KvType::kF32;
   uint64_t seed = 0;
 };
 

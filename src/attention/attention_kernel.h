@@ -14,6 +14,10 @@ struct AttentionWork {
   KvLayout layout;
   const std::byte* k_arena = nullptr;  // [num_blocks, k_block_bytes]
   const std::byte* v_arena = nullptr;  // [num_blocks, v_block_bytes]
+  // KIVI only: per block id, its f32 staging rows while staged, else nullptr
+  // (KvStorage::k_staged_table); nullptr for other types.
+  const float* const* k_staged = nullptr;  // [num_blocks]
+  const float* const* v_staged = nullptr;  // [num_blocks]
   size_t k_block_bytes = 0;
   size_t v_block_bytes = 0;
   const int32_t* block_table = nullptr;  // [>= ceil(num_context_tokens / block_size)]
@@ -53,7 +57,8 @@ inline size_t task_scratch_floats(int num_rows, int head_dim) {
 using AttentionKernelFn = void (*)(const AttentionWork& work, const AttentionTask& task);
 
 // Kernels for one (K type, V type) pair; the SIMD ones need head_dim % 8 (avx2)
-// or % 16 (avx512) == 0 and the matching CPU features.
+// or % 16 (avx512) == 0 and the matching CPU features. Every pair of KvTypes has
+// a kernel in every family.
 AttentionKernelFn attention_kernel_portable(KvType k_type, KvType v_type);
 AttentionKernelFn attention_kernel_avx2(KvType k_type, KvType v_type);
 AttentionKernelFn attention_kernel_avx512(KvType k_type, KvType v_type);

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "attention/attention_kernel.h"
+#include "kv/kv_block_format.h"
 #include "kv/kv_layout.h"
 #include "kv/kv_type.h"
 
@@ -39,25 +40,183 @@ inline void prefetch_line(const void* p) {
 inline int min_int(int a, int b) { return a < b ? a : b; }
 inline int max_int(int a, int b) { return a > b ? a : b; }
 
-// Row addressing shared by the plain codecs (kv_codec.h): a block is
-// [num_kv_heads, block_size, head_dim] elements. A loader for another codec
-// provides its own Row (pointer plus, e.g., scale and min) and row().
-template <typename Elem>
-struct PlainRows {
+// Where one block's bytes are: the encoded block, and for KIVI the f32 staging
+// rows while the block is staged (then `data` is not read).
+struct BlockRef {
+  const std::byte* data = nullptr;
+  const float* staged = nullptr;  // [block_size, num_kv_heads, head_dim] or nullptr
+};
+
+inline void prefetch_bytes(const void* begin, const void* end) {
+  const char* b = static_cast<const char*>(begin);
+  const char* e = static_cast<const char*>(end);
+  if (e <= b) return;
+  for (const char* p = b; p < e; p += 64) prefetch_line(p);
+  prefetch_line(e - 1);  // a run that starts mid-line ends in one more line
+}
+
+inline float load_half(const uint8_t* p, float (*half)(uint16_t)) {
+  uint16_t h;
+  __builtin_memcpy(&h, p, sizeof h);
+  return half(h);
+}
+
+// Loaders: Row, row(block, layout, kv_head, slot), prefetch_slots(block, layout,
+// kv_head, slot_begin, slot_end) and load(row, d) -> V::Reg holding elements
+// [d, d + kWidth) of the row as f32. One per codec layout (kv/kv_block_format.h),
+// generic over the ISA's ops V, which provide the element conversions:
+//   load_f32/load_f16/load_bf16(const T* p)   kWidth elements at p,
+//   load_i8/load_fp8/load_u4/load_u2(const uint8_t* codes, int d)   codes [d, d + kWidth)
+//     of a packed row as f32 (fp8 as value / 256: see fp8_e4m3_to_fp32),
+//   half(uint16_t) -> float, one f16.
+
+// Plain codecs: a block is [num_kv_heads, block_size, head_dim] elements.
+template <class V, KvType T>
+struct PlainLoader {
+  using Elem = std::conditional_t<T == KvType::kF32, float, uint16_t>;
   using Row = const Elem*;
-  static Row row(const std::byte* block, const KvLayout& layout, int kv_head, int slot) {
+  static Row row(const BlockRef& b, const KvLayout& layout, int kv_head, int slot) {
     // Same formula as plain_row_index() in kv_codec.h, written out so that no
     // external inline function is compiled with this file's ISA flags.
     const size_t row = static_cast<size_t>(kv_head) * static_cast<size_t>(layout.block_size) + static_cast<size_t>(slot);
-    return reinterpret_cast<const Elem*>(block) + row * static_cast<size_t>(layout.head_dim);
+    return reinterpret_cast<const Elem*>(b.data) + row * static_cast<size_t>(layout.head_dim);
   }
-  // Prefetches the rows of slots [slot_begin, slot_end): contiguous in a plain block.
-  static void prefetch_slots(const std::byte* block, const KvLayout& layout, int kv_head, int slot_begin,
-                             int slot_end) {
-    const char* begin = reinterpret_cast<const char*>(row(block, layout, kv_head, slot_begin));
-    const char* end = reinterpret_cast<const char*>(row(block, layout, kv_head, slot_end));
-    for (const char* p = begin; p < end; p += 64) prefetch_line(p);
-    prefetch_line(end - 1);  // a run that starts mid-line ends in one more line
+  static void prefetch_slots(const BlockRef& b, const KvLayout& layout, int kv_head, int slot_begin, int slot_end) {
+    prefetch_bytes(row(b, layout, kv_head, slot_begin), row(b, layout, kv_head, slot_end));
+  }
+  static typename V::Reg load(Row r, int d) {
+    if constexpr (T == KvType::kF32) {
+      return V::load_f32(r + d);
+    } else if constexpr (T == KvType::kF16) {
+      return V::load_f16(r + d);
+    } else {
+      return V::load_bf16(r + d);
+    }
+  }
+};
+
+// A kv head's region inside a block and where its codes and metadata start.
+template <KvType T, KvRole R>
+struct Region {
+  static const uint8_t* base(const BlockRef& b, const KvLayout& l, int kv_head) {
+    return reinterpret_cast<const uint8_t*>(b.data) +
+           static_cast<size_t>(kv_head) * kv_format::head_bytes(T, R, l.head_dim, l.block_size);
+  }
+  static size_t row_bytes(const KvLayout& l) { return kv_format::row_code_bytes(l.head_dim, kv_format::bits(T)); }
+  static size_t meta_offset(const KvLayout& l) { return kv_format::head_code_bytes(T, l.head_dim, l.block_size); }
+};
+
+// int8 and fp8: 1-byte codes, one f16 scale per token.
+template <class V, KvType T>
+struct ScaledLoader {
+  using Rg = Region<T, KvRole::kKey>;
+  struct Row {
+    const uint8_t* codes;
+    float scale;
+  };
+  static Row row(const BlockRef& b, const KvLayout& l, int kv_head, int slot) {
+    const uint8_t* base = Rg::base(b, l, kv_head);
+    float s = load_half(base + Rg::meta_offset(l) + 2 * static_cast<size_t>(slot), &V::half);
+    if constexpr (T == KvType::kFp8) s *= 256.0f;
+    return {base + static_cast<size_t>(slot) * static_cast<size_t>(l.head_dim), s};
+  }
+  static void prefetch_slots(const BlockRef& b, const KvLayout& l, int kv_head, int s0, int s1) {
+    const uint8_t* base = Rg::base(b, l, kv_head);
+    const size_t D = static_cast<size_t>(l.head_dim);
+    prefetch_bytes(base + s0 * D, base + s1 * D);
+    prefetch_bytes(base + Rg::meta_offset(l) + 2 * s0, base + Rg::meta_offset(l) + 2 * s1);
+  }
+  static typename V::Reg load(const Row& r, int d) {
+    if constexpr (T == KvType::kInt8) {
+      return V::mul(V::load_i8(r.codes, d), V::set1(r.scale));
+    } else {
+      return V::mul(V::load_fp8(r.codes, d), V::set1(r.scale));
+    }
+  }
+};
+
+// Packed unsigned codes of `bits` bits as f32.
+template <class V, int kBits>
+typename V::Reg load_unsigned(const uint8_t* codes, int d) {
+  if constexpr (kBits == 4) {
+    return V::load_u4(codes, d);
+  } else {
+    static_assert(kBits == 2);
+    return V::load_u2(codes, d);
+  }
+}
+
+// int4 and KIVI values: packed codes, f16 (scale, min) per group of each token's row.
+// KIVI blocks may still be staged (kStaged); int4 blocks never are.
+// (Converting a row's (scale, min) pairs to f32 once in row() instead of per load
+// measured slower: the larger Row costs more than the conversions it saves.)
+template <class V, KvType T, bool kStaged>
+struct GroupLoader {
+  using Rg = Region<T, KvRole::kValue>;
+  static constexpr int kBits = kv_format::bits(T);
+  struct Row {
+    const uint8_t* codes;
+    const uint8_t* meta;  // [head_dim / group, 2] f16
+    const float* staged;  // the f32 row while staged, else nullptr
+    int group_shift;      // log2 of the group size
+  };
+  static Row row(const BlockRef& b, const KvLayout& l, int kv_head, int slot) {
+    const size_t D = static_cast<size_t>(l.head_dim);
+    if (kStaged && b.staged != nullptr) {
+      return {nullptr, nullptr, b.staged + (static_cast<size_t>(slot) * l.num_kv_heads + kv_head) * D, 0};
+    }
+    const int g = kv_format::group_size(l.head_dim);
+    const uint8_t* base = Rg::base(b, l, kv_head);
+    return {base + static_cast<size_t>(slot) * Rg::row_bytes(l),
+            base + Rg::meta_offset(l) + static_cast<size_t>(slot) * (D / g) * 4, nullptr,
+            __builtin_ctz(static_cast<unsigned>(g))};
+  }
+  static void prefetch_slots(const BlockRef& b, const KvLayout& l, int kv_head, int s0, int s1) {
+    if (kStaged && b.staged != nullptr) return;  // staged blocks are the most recent, already cached
+    const uint8_t* base = Rg::base(b, l, kv_head);
+    const size_t rb = Rg::row_bytes(l);
+    const size_t mb = static_cast<size_t>(l.head_dim / kv_format::group_size(l.head_dim)) * 4;
+    prefetch_bytes(base + s0 * rb, base + s1 * rb);
+    prefetch_bytes(base + Rg::meta_offset(l) + s0 * mb, base + Rg::meta_offset(l) + s1 * mb);
+  }
+  static typename V::Reg load(const Row& r, int d) {
+    if (kStaged && r.staged != nullptr) return V::load_f32(r.staged + d);
+    const uint8_t* m = r.meta + static_cast<size_t>(d >> r.group_shift) * 4;
+    return V::fma(load_unsigned<V, kBits>(r.codes, d), V::set1(load_half(m, &V::half)),
+                  V::set1(load_half(m + 2, &V::half)));
+  }
+};
+
+// KIVI keys: packed codes, f16 scale and min per channel over the block's tokens.
+template <class V, KvType T>
+struct ChannelLoader {
+  using Rg = Region<T, KvRole::kKey>;
+  static constexpr int kBits = kv_format::bits(T);
+  struct Row {
+    const uint8_t* codes;
+    const uint8_t* scales;  // [head_dim] f16, then [head_dim] f16 mins
+    const float* staged;
+    int head_dim;
+  };
+  static Row row(const BlockRef& b, const KvLayout& l, int kv_head, int slot) {
+    const size_t D = static_cast<size_t>(l.head_dim);
+    if (b.staged != nullptr) {
+      return {nullptr, nullptr, b.staged + (static_cast<size_t>(slot) * l.num_kv_heads + kv_head) * D, l.head_dim};
+    }
+    const uint8_t* base = Rg::base(b, l, kv_head);
+    return {base + static_cast<size_t>(slot) * Rg::row_bytes(l), base + Rg::meta_offset(l), nullptr, l.head_dim};
+  }
+  static void prefetch_slots(const BlockRef& b, const KvLayout& l, int kv_head, int s0, int s1) {
+    if (b.staged != nullptr) return;
+    const uint8_t* base = Rg::base(b, l, kv_head);
+    const size_t rb = Rg::row_bytes(l);
+    prefetch_bytes(base + s0 * rb, base + s1 * rb);
+    if (s0 == 0) prefetch_bytes(base + Rg::meta_offset(l), base + Rg::meta_offset(l) + 4 * l.head_dim);
+  }
+  static typename V::Reg load(const Row& r, int d) {
+    if (r.staged != nullptr) return V::load_f32(r.staged + d);
+    return V::fma(load_unsigned<V, kBits>(r.codes, d), V::load_f16(reinterpret_cast<const uint16_t*>(r.scales) + d),
+                  V::load_f16(reinterpret_cast<const uint16_t*>(r.scales) + r.head_dim + d));
   }
 };
 
@@ -251,14 +410,16 @@ struct AttentionKernel {
         const size_t block = static_cast<size_t>(w.block_table[t / bs]);
         const int slot = t % bs;
         const int run = min_int(bs - slot, t1 - t);
-        visit(t - t0, w.k_arena + block * w.k_block_bytes, w.v_arena + block * w.v_block_bytes, slot, slot + run);
+        const BlockRef kb{w.k_arena + block * w.k_block_bytes, w.k_staged ? w.k_staged[block] : nullptr};
+        const BlockRef vb{w.v_arena + block * w.v_block_bytes, w.v_staged ? w.v_staged[block] : nullptr};
+        visit(t - t0, kb, vb, slot, slot + run);
         t += run;
       }
     };
     // Blocks sit at random places in the arena, where no hardware prefetcher
     // looks: fetch the rows kPrefetchTiles tiles ahead of the one computing.
     auto prefetch_tokens = [&](int t0, int t1) {
-      visit_runs(t0, min_int(t1, end), [&](int, const std::byte* kb, const std::byte* vb, int s0, int s1) {
+      visit_runs(t0, min_int(t1, end), [&](int, const BlockRef& kb, const BlockRef& vb, int s0, int s1) {
         KL::prefetch_slots(kb, w.layout, task.kv_head, s0, s1);
         VL::prefetch_slots(vb, w.layout, task.kv_head, s0, s1);
       });
@@ -267,7 +428,7 @@ struct AttentionKernel {
     for (int t0 = task.token_begin; t0 < end; t0 += kTileTokens) {
       const int t1 = min_int(t0 + kTileTokens, end);
       prefetch_tokens(t0 + kPrefetchTiles * kTileTokens, t1 + kPrefetchTiles * kTileTokens);
-      visit_runs(t0, t1, [&](int i, const std::byte* kb, const std::byte* vb, int s0, int s1) {
+      visit_runs(t0, t1, [&](int i, const BlockRef& kb, const BlockRef& vb, int s0, int s1) {
         for (int slot = s0; slot < s1; ++slot, ++i) {
           krows[i] = KL::row(kb, w.layout, task.kv_head, slot);
           vrows[i] = VL::row(vb, w.layout, task.kv_head, slot);
@@ -308,23 +469,47 @@ struct AttentionKernel {
   }
 };
 
-// The kernel for one (K type, V type) pair, given the loaders of each plain codec.
-template <class V, class F32L, class F16L>
+// The kernel for one (K type, V type) pair on ISA ops V.
+template <class V>
 AttentionKernelFn select_kernel(KvType k_type, KvType v_type) {
   auto with_v = [&]<class KL>() -> AttentionKernelFn {
     switch (v_type) {
       case KvType::kF32:
-        return &AttentionKernel<V, KL, F32L>::run;
+        return &AttentionKernel<V, KL, PlainLoader<V, KvType::kF32>>::run;
       case KvType::kF16:
-        return &AttentionKernel<V, KL, F16L>::run;
+        return &AttentionKernel<V, KL, PlainLoader<V, KvType::kF16>>::run;
+      case KvType::kBf16:
+        return &AttentionKernel<V, KL, PlainLoader<V, KvType::kBf16>>::run;
+      case KvType::kFp8:
+        return &AttentionKernel<V, KL, ScaledLoader<V, KvType::kFp8>>::run;
+      case KvType::kInt8:
+        return &AttentionKernel<V, KL, ScaledLoader<V, KvType::kInt8>>::run;
+      case KvType::kInt4:
+        return &AttentionKernel<V, KL, GroupLoader<V, KvType::kInt4, false>>::run;
+      case KvType::kKivi4:
+        return &AttentionKernel<V, KL, GroupLoader<V, KvType::kKivi4, true>>::run;
+      case KvType::kKivi2:
+        return &AttentionKernel<V, KL, GroupLoader<V, KvType::kKivi2, true>>::run;
     }
     return nullptr;
   };
   switch (k_type) {
     case KvType::kF32:
-      return with_v.template operator()<F32L>();
+      return with_v.template operator()<PlainLoader<V, KvType::kF32>>();
     case KvType::kF16:
-      return with_v.template operator()<F16L>();
+      return with_v.template operator()<PlainLoader<V, KvType::kF16>>();
+    case KvType::kBf16:
+      return with_v.template operator()<PlainLoader<V, KvType::kBf16>>();
+    case KvType::kFp8:
+      return with_v.template operator()<ScaledLoader<V, KvType::kFp8>>();
+    case KvType::kInt8:
+      return with_v.template operator()<ScaledLoader<V, KvType::kInt8>>();
+    case KvType::kInt4:
+      return with_v.template operator()<GroupLoader<V, KvType::kInt4, false>>();
+    case KvType::kKivi4:
+      return with_v.template operator()<ChannelLoader<V, KvType::kKivi4>>();
+    case KvType::kKivi2:
+      return with_v.template operator()<ChannelLoader<V, KvType::kKivi2>>();
   }
   return nullptr;
 }

@@ -137,6 +137,8 @@ void paged_attention(const PagedAttentionArgs& args, ThreadPool& pool, Attention
   work.v_arena = storage.v_arena(args.layer);
   work.k_block_bytes = storage.k_block_bytes();
   work.v_block_bytes = storage.v_block_bytes();
+  work.k_staged = storage.k_staged_table(args.layer);
+  work.v_staged = storage.v_staged_table(args.layer);
   work.block_table = args.block_table;
   work.num_context_tokens = args.num_context_tokens;
   work.num_queries = args.num_queries;

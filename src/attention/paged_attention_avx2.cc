@@ -72,22 +72,44 @@ struct Avx2Ops {
     const Reg result = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
     return _mm256_and_ps(result, _mm256_cmp_ps(x, lo, _CMP_GE_OQ));
   }
-};
 
-struct F32Avx2 : PlainRows<float> {
-  static __m256 load(Row row, int d) { return _mm256_loadu_ps(row + d); }
-};
-
-struct F16Avx2 : PlainRows<uint16_t> {
-  static __m256 load(Row row, int d) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + d)));
+  // Element conversions for the loaders (attention_kernel_impl.h); d % 8 == 0.
+  static float half(uint16_t h) { return _cvtsh_ss(h); }
+  static Reg load_f32(const float* p) { return _mm256_loadu_ps(p); }
+  static Reg load_f16(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static Reg load_bf16(const uint16_t* p) {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  }
+  static Reg load_i8(const uint8_t* codes, int d) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + d))));
+  }
+  // E4M3 bits moved into f16's fields: the f16 of value / 256 (kv_codec.h).
+  static Reg load_fp8(const uint8_t* codes, int d) {
+    const __m128i w = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + d)));
+    const __m128i h = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x80)), 8),
+                                   _mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x7f)), 7));
+    return _mm256_cvtph_ps(h);
+  }
+  static Reg load_u4(const uint8_t* codes, int d) {
+    uint32_t word;
+    __builtin_memcpy(&word, codes + d / 2, sizeof word);
+    const __m256i shifted = _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(word)),
+                                              _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+    return _mm256_cvtepi32_ps(_mm256_and_si256(shifted, _mm256_set1_epi32(0xf)));
+  }
+  static Reg load_u2(const uint8_t* codes, int d) {
+    uint16_t word;
+    __builtin_memcpy(&word, codes + d / 4, sizeof word);
+    const __m256i shifted = _mm256_srlv_epi32(_mm256_set1_epi32(word), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
+    return _mm256_cvtepi32_ps(_mm256_and_si256(shifted, _mm256_set1_epi32(0x3)));
   }
 };
 
 }  // namespace
 
 AttentionKernelFn attention_kernel_avx2(KvType k_type, KvType v_type) {
-  return select_kernel<Avx2Ops, F32Avx2, F16Avx2>(k_type, v_type);
+  return select_kernel<Avx2Ops>(k_type, v_type);
 }
 
 }  // namespace kvlm::attention_internal

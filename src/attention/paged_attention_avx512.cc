@@ -1,7 +1,8 @@
 // AVX-512 attention kernels: 16 lanes, head_dim % 16 == 0.
 // GCC 12 reports its own _mm512_undefined_* helpers (self-initialised on purpose)
-// as maybe-uninitialized once they are inlined into our loops; nothing of ours is.
+// as (maybe-)uninitialized once they are inlined into our loops; nothing of ours is.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 #include <immintrin.h>
 
@@ -94,22 +95,48 @@ struct Avx512Ops {
     const Reg y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
     return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ), _mm512_scalef_ps(y, n));
   }
-};
 
-struct F32Avx512 : PlainRows<float> {
-  static __m512 load(Row row, int d) { return _mm512_loadu_ps(row + d); }
-};
-
-struct F16Avx512 : PlainRows<uint16_t> {
-  static __m512 load(Row row, int d) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + d)));
+  // Element conversions for the loaders (attention_kernel_impl.h); d % 16 == 0.
+  static float half(uint16_t h) { return _cvtsh_ss(h); }
+  static Reg load_f32(const float* p) { return _mm512_loadu_ps(p); }
+  static Reg load_f16(const uint16_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static Reg load_bf16(const uint16_t* p) {
+    const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+  }
+  static Reg load_i8(const uint8_t* codes, int d) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + d))));
+  }
+  // E4M3 bits moved into f16's fields: the f16 of value / 256 (kv_codec.h).
+  static Reg load_fp8(const uint8_t* codes, int d) {
+    const __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + d)));
+    const __m256i h = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x80)), 8),
+                                      _mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x7f)), 7));
+    return _mm512_cvtph_ps(h);
+  }
+  // 16 nibbles from 8 bytes: split low and high nibbles, interleave them back into order.
+  static Reg load_u4(const uint8_t* codes, int d) {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + d / 2));
+    const __m128i mask = _mm_set1_epi8(0x0f);
+    const __m128i lo = _mm_and_si128(b, mask);
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), mask);
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)));
+  }
+  static Reg load_u2(const uint8_t* codes, int d) {
+    uint32_t word;
+    __builtin_memcpy(&word, codes + d / 4, sizeof word);
+    const __m512i shifts = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i shifted = _mm512_srlv_epi32(_mm512_set1_epi32(static_cast<int>(word)), shifts);
+    return _mm512_cvtepi32_ps(_mm512_and_si512(shifted, _mm512_set1_epi32(0x3)));
   }
 };
 
 }  // namespace
 
 AttentionKernelFn attention_kernel_avx512(KvType k_type, KvType v_type) {
-  return select_kernel<Avx512Ops, F32Avx512, F16Avx512>(k_type, v_type);
+  return select_kernel<Avx512Ops>(k_type, v_type);
 }
 
 }  // namespace kvlm::attention_internal

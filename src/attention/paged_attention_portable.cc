@@ -31,20 +31,24 @@ struct ScalarOps {
   static void reduce_add_n(const Reg* v, float* out) {
     for (int i = 0; i < N; ++i) out[i] = v[i];
   }
-};
-
-struct F32Scalar : PlainRows<float> {
-  static float load(Row row, int d) { return row[d]; }
-};
-
-struct F16Scalar : PlainRows<uint16_t> {
-  static float load(Row row, int d) { return fp16_to_fp32(row[d]); }
+  // Element conversions for the loaders (attention_kernel_impl.h).
+  static float half(uint16_t h) { return fp16_to_fp32(h); }
+  static Reg load_f32(const float* p) { return *p; }
+  static Reg load_f16(const uint16_t* p) { return fp16_to_fp32(*p); }
+  static Reg load_bf16(const uint16_t* p) { return bf16_to_fp32(*p); }
+  static Reg load_i8(const uint8_t* codes, int d) { return static_cast<float>(static_cast<int8_t>(codes[d])); }
+  static Reg load_fp8(const uint8_t* codes, int d) {
+    const uint32_t c = codes[d];
+    return fp16_to_fp32(static_cast<uint16_t>(((c & 0x80u) << 8) | ((c & 0x7fu) << 7)));
+  }
+  static Reg load_u4(const uint8_t* codes, int d) { return static_cast<float>((codes[d / 2] >> (4 * (d % 2))) & 0xfu); }
+  static Reg load_u2(const uint8_t* codes, int d) { return static_cast<float>((codes[d / 4] >> (2 * (d % 4))) & 0x3u); }
 };
 
 }  // namespace
 
 AttentionKernelFn attention_kernel_portable(KvType k_type, KvType v_type) {
-  return select_kernel<ScalarOps, F32Scalar, F16Scalar>(k_type, v_type);
+  return select_kernel<ScalarOps>(k_type, v_type);
 }
 
 }  // namespace kvlm::attention_internal

@@ -9,10 +9,9 @@
 
 namespace kvlm {
 
-// A codec owns the byte layout of a block: KvStorage only knows how many bytes a
-// block takes and hands the block's bytes to the codec. The cache bookkeeping
-// never sees codecs at all, so new codecs (bf16, fp8, int8 per token, int4 per
-// group, KIVI) change nothing outside kv/ and the attention loaders.
+// A codec owns the byte layout of a block (written out in kv_block_format.h):
+// KvStorage only knows how many bytes a block takes and hands the block's bytes
+// to the codec. The cache bookkeeping never sees codecs at all.
 //
 // Attention kernels do not call these virtual functions per value: they dispatch
 // on type() once per call and read blocks through a loader type that knows the
@@ -21,33 +20,64 @@ namespace kvlm {
 // encode_token/decode_token are the slow, obviously correct path for writes,
 // tests and debugging.
 //
-// Codecs whose encoding spans a whole block (KIVI keys per channel) will encode
-// a block when its last slot is written; until then the tail block keeps full
-// precision. The interface is per token so that such codecs can still accept
-// one token at a time.
+// Codecs and their error bounds (s = the stored f16 scale, per token and kv head
+// unless said otherwise; values are rounded to nearest):
+//   f32   exact.            f16, bf16   relative 2^-11, 2^-8.
+//   int8  code in [-127, 127], s = amax / 127: |error| ≤ s / 2.
+//   fp8   E4M3 (no inf; saturates at ±448), s = amax / 448: relative 2^-4 for
+//         |x| ≥ 2^-6 s, else absolute 2^-10 s.
+//   int4  per group of kv_format::group_size(head_dim) values: min and
+//         s = (max - min) / 15, code in [0, 15]: |error| ≤ s / 2 (+ the f16
+//         rounding of min and s).
+//   kivi4/kivi2, role kKey: per channel (each of head_dim) over the block's
+//         tokens, min and s = (max - min) / (2^bits - 1); role kValue: as int4 per
+//         group, with 4 or 2 bits. KIVI keys need every token of the block, so
+//         encodes_whole_blocks() is true: KvStorage stages such blocks in f32 and
+//         calls encode_block once the block is full (kv_storage.h).
 class KvCodec {
  public:
   virtual ~KvCodec() = default;
 
   virtual KvType type() const = 0;
+  virtual KvRole role() const = 0;
 
-  // Bytes of one block of one layer, K or V: block_size tokens of [num_kv_heads, head_dim].
+  // Bytes of one block of one layer, K or V: block_size tokens of [num_kv_heads, head_dim],
+  // including every scale and min.
   virtual size_t block_bytes(const KvLayout& layout) const = 0;
 
-  // Encodes one token's vector into slot `slot` of `block`.
+  // True when a token cannot be encoded alone (KIVI keys): use encode_block.
+  virtual bool encodes_whole_blocks() const { return false; }
+
+  // Encodes one token's vector into slot `slot` of `block`, leaving other slots alone.
+  // Not for codecs that encode whole blocks (a CHECK).
   //   src: [num_kv_heads, head_dim]; block: block_bytes(layout) bytes.
   virtual void encode_token(const KvLayout& layout, const float* src, std::byte* block, int slot) const = 0;
+
+  // Encodes a whole block.
+  //   src: [block_size, num_kv_heads, head_dim]
+  virtual void encode_block(const KvLayout& layout, const float* src, std::byte* block) const;
 
   // Decodes slot `slot` of `block` to f32.
   //   dst: [num_kv_heads, head_dim]
   virtual void decode_token(const KvLayout& layout, const std::byte* block, int slot, float* dst) const = 0;
 };
 
-// The codec for a type; codecs are stateless singletons that live for the whole program.
-const KvCodec& kv_codec(KvType type);
+// The codec for a type and role; codecs are stateless singletons that live for the
+// whole program. Only KIVI differs by role, so kv_codec(type) (the key codec)
+// serves every other type for both.
+const KvCodec& kv_codec(KvType type, KvRole role = KvRole::kKey);
 
-// Plain codecs (f32, f16: one stored element per value, no metadata) lay a block
-// out as [num_kv_heads, block_size, head_dim], so the rows one kv head reads
+// K + V bytes of one block of one layer: what the planner multiplies by layers.
+size_t kv_block_bytes(const KvLayout& layout, KvType k_type, KvType v_type);
+
+// FP8 E4M3 (1 sign, 4 exponent bits with bias 7, 3 mantissa bits; no infinities):
+// round to nearest even, saturating at ±448. Only a NaN input gives 0x7f/0xff (E4M3's
+// NaN), which the decoder here and in the kernels, a pure bit move, reads as ±480.
+uint8_t fp8_e4m3_from_fp32(float x);
+float fp8_e4m3_to_fp32(uint8_t code);
+
+// Plain codecs (f32, f16, bf16: one stored element per value, no metadata) lay a
+// block out as [num_kv_heads, block_size, head_dim], so the rows one kv head reads
 // during attention are contiguous inside a block.
 // Element index of (kv head, slot)'s row inside a block of a plain codec.
 inline size_t plain_row_index(const KvLayout& layout, int kv_head, int slot) {

@@ -46,25 +46,31 @@ void KvStorage::AlignedFree::operator()(std::byte* p) const {
 }
 
 Result<std::unique_ptr<KvStorage>> KvStorage::create(const KvLayout& layout, KvType k_type, KvType v_type,
-                                                     int num_blocks) {
+                                                     int num_blocks, const KvStorageOptions& options) {
   std::unique_ptr<KvStorage> storage(new KvStorage());
-  KVLM_RETURN_IF_ERROR(storage->init(layout, k_type, v_type, num_blocks));
+  KVLM_RETURN_IF_ERROR(storage->init(layout, k_type, v_type, num_blocks, options));
   return storage;
 }
 
-KvStorage::KvStorage(const KvLayout& layout, KvType k_type, KvType v_type, int num_blocks) {
-  const Status status = init(layout, k_type, v_type, num_blocks);
+KvStorage::KvStorage(const KvLayout& layout, KvType k_type, KvType v_type, int num_blocks,
+                     const KvStorageOptions& options) {
+  const Status status = init(layout, k_type, v_type, num_blocks, options);
   KVLM_CHECK(status.ok(), "{}", status.message());
 }
 
 KvStorage::~KvStorage() = default;
 
-Status KvStorage::init(const KvLayout& layout, KvType k_type, KvType v_type, int num_blocks) {
+Status KvStorage::init(const KvLayout& layout, KvType k_type, KvType v_type, int num_blocks,
+                       const KvStorageOptions& options) {
   KVLM_RETURN_IF_ERROR(validate_kv_layout(layout));
   if (num_blocks <= 0) return Status::errorf("KV storage needs at least one block, got num_blocks={}", num_blocks);
+  if (options.kivi_residual_tokens < 0) {
+    return Status::errorf("KIVI residual window must be >= 0 tokens, got {}", options.kivi_residual_tokens);
+  }
   layout_ = layout;
-  k_codec_ = &kv_codec(k_type);
-  v_codec_ = &kv_codec(v_type);
+  options_ = options;
+  k_codec_ = &kv_codec(k_type, KvRole::kKey);
+  v_codec_ = &kv_codec(v_type, KvRole::kValue);
   num_blocks_ = num_blocks;
 
   // Every product is checked: layouts come from model files and flags. Capping the
@@ -109,6 +115,14 @@ Status KvStorage::init(const KvLayout& layout, KvType k_type, KvType v_type, int
       arenas->emplace_back(p, AlignedFree{alignment});
     }
   }
+  for (auto [staging, type] : {std::pair{&k_staging_, k_type}, std::pair{&v_staging_, v_type}}) {
+    staging->enabled = is_kivi(type);
+    staging->block_rows.clear();
+    if (staging->enabled) {
+      staging->block_rows.assign(static_cast<size_t>(layout.num_layers),
+                                 std::vector<float*>(static_cast<size_t>(num_blocks), nullptr));
+    }
+  }
   return Status::ok_status();
 }
 
@@ -122,16 +136,116 @@ void KvStorage::write_token(int layer, BlockId block, int slot_in_block, const f
   check_address(layer, block);
   KVLM_CHECK(slot_in_block >= 0 && slot_in_block < layout_.block_size, "slot {} out of range [0, {})",
              slot_in_block, layout_.block_size);
-  k_codec_->encode_token(layout_, k, mutable_k_block(layer, block), slot_in_block);
-  v_codec_->encode_token(layout_, v, mutable_v_block(layer, block), slot_in_block);
+  const size_t width = layout_.values_per_token();
+  const size_t offset = static_cast<size_t>(slot_in_block) * width;
+  if (k_staging_.enabled) {
+    float* rows = stage(k_staging_, *k_codec_, layer, block, mutable_k_block(layer, block));
+    std::copy(k, k + width, rows + offset);
+  } else {
+    k_codec_->encode_token(layout_, k, mutable_k_block(layer, block), slot_in_block);
+  }
+  if (v_staging_.enabled) {
+    float* rows = stage(v_staging_, *v_codec_, layer, block, mutable_v_block(layer, block));
+    std::copy(v, v + width, rows + offset);
+  } else {
+    v_codec_->encode_token(layout_, v, mutable_v_block(layer, block), slot_in_block);
+  }
+}
+
+float* KvStorage::stage(Staging& staging, const KvCodec& codec, int layer, BlockId block, std::byte* encoded) {
+  float*& rows = staging.block_rows[static_cast<size_t>(layer)][static_cast<size_t>(block.value)];
+  if (rows != nullptr) return rows;
+  if (free_staging_.empty()) {
+    staging_buffers_.push_back(std::make_unique<float[]>(staging_floats()));
+    free_staging_.push_back(staging_buffers_.back().get());
+  }
+  rows = free_staging_.back();
+  free_staging_.pop_back();
+  // The block may hold tokens already (a rewrite): keep them readable.
+  const size_t width = layout_.values_per_token();
+  for (int slot = 0; slot < layout_.block_size; ++slot) {
+    codec.decode_token(layout_, encoded, slot, rows + static_cast<size_t>(slot) * width);
+  }
+  return rows;
+}
+
+void KvStorage::seal(Staging& staging, const KvCodec& codec, int layer, BlockId block, std::byte* encoded) {
+  if (!staging.enabled) return;
+  float*& rows = staging.block_rows[static_cast<size_t>(layer)][static_cast<size_t>(block.value)];
+  if (rows == nullptr) return;
+  codec.encode_block(layout_, rows, encoded);
+  free_staging_.push_back(rows);
+  rows = nullptr;
+}
+
+void KvStorage::seal_block(int layer, BlockId block) {
+  check_address(layer, block);
+  seal(k_staging_, *k_codec_, layer, block, mutable_k_block(layer, block));
+  seal(v_staging_, *v_codec_, layer, block, mutable_v_block(layer, block));
+}
+
+bool KvStorage::is_staged(int layer, BlockId block) const {
+  check_address(layer, block);
+  for (const Staging* staging : {&k_staging_, &v_staging_}) {
+    if (staging->enabled &&
+        staging->block_rows[static_cast<size_t>(layer)][static_cast<size_t>(block.value)] != nullptr) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void KvStorage::seal_full_blocks(int layer, const int32_t* block_table, int num_tokens) {
+  if (!k_staging_.enabled && !v_staging_.enabled) return;
+  KVLM_CHECK(num_tokens >= 0, "seal_full_blocks: num_tokens {} < 0", num_tokens);
+  const int num_sealable = num_tokens / layout_.block_size - residual_blocks();
+  for (int i = num_sealable - 1; i >= 0; --i) {
+    const BlockId block(block_table[i]);
+    if (!is_staged(layer, block)) break;  // everything before it was sealed by earlier calls
+    seal_block(layer, block);
+  }
+}
+
+const float* const* KvStorage::k_staged_table(int layer) const {
+  check_address(layer, BlockId(0));
+  return k_staging_.enabled ? k_staging_.block_rows[static_cast<size_t>(layer)].data() : nullptr;
+}
+
+const float* const* KvStorage::v_staged_table(int layer) const {
+  check_address(layer, BlockId(0));
+  return v_staging_.enabled ? v_staging_.block_rows[static_cast<size_t>(layer)].data() : nullptr;
+}
+
+int KvStorage::residual_blocks() const {
+  return (options_.kivi_residual_tokens + layout_.block_size - 1) / layout_.block_size;
+}
+
+size_t KvStorage::staging_bytes() const { return staging_buffers_.size() * staging_floats() * sizeof(float); }
+
+size_t KvStorage::residual_bytes_per_sequence() const {
+  const size_t roles = (k_staging_.enabled ? 1 : 0) + (v_staging_.enabled ? 1 : 0);
+  return static_cast<size_t>(residual_blocks() + 1) * static_cast<size_t>(layout_.num_layers) * roles *
+         staging_floats() * sizeof(float);
 }
 
 void KvStorage::read_token(int layer, BlockId block, int slot_in_block, float* k, float* v) const {
   check_address(layer, block);
   KVLM_CHECK(slot_in_block >= 0 && slot_in_block < layout_.block_size, "slot {} out of range [0, {})",
              slot_in_block, layout_.block_size);
-  k_codec_->decode_token(layout_, k_block(layer, block), slot_in_block, k);
-  v_codec_->decode_token(layout_, v_block(layer, block), slot_in_block, v);
+  const size_t width = layout_.values_per_token();
+  const size_t offset = static_cast<size_t>(slot_in_block) * width;
+  const float* k_rows = k_staging_.enabled ? k_staged_table(layer)[block.value] : nullptr;
+  const float* v_rows = v_staging_.enabled ? v_staged_table(layer)[block.value] : nullptr;
+  if (k_rows != nullptr) {
+    std::copy(k_rows + offset, k_rows + offset + width, k);
+  } else {
+    k_codec_->decode_token(layout_, k_block(layer, block), slot_in_block, k);
+  }
+  if (v_rows != nullptr) {
+    std::copy(v_rows + offset, v_rows + offset + width, v);
+  } else {
+    v_codec_->decode_token(layout_, v_block(layer, block), slot_in_block, v);
+  }
 }
 
 const std::byte* KvStorage::k_block(int layer, BlockId block) const {

@@ -19,25 +19,79 @@ namespace kvlm {
 // block_size tokens of [num_kv_heads, head_dim]; for the plain codecs it is
 // laid out [num_kv_heads, block_size, head_dim] (see kv_codec.h).
 // Arena memory is not zeroed: a slot holds garbage until written.
+//
+// KIVI blocks and the residual window. A KIVI key block is quantized per
+// channel over all of its tokens, so it cannot be encoded token by token. For a
+// KIVI type (K, V or both) the storage keeps a block that is being filled in a
+// full-precision *staging* buffer, [block_size, num_kv_heads, head_dim] f32 per
+// (layer, role), taken from a free list when the block's first token is written.
+// seal_full_blocks(), called after each step's writes, encodes every full block
+// of a sequence that lies outside the residual window (the last
+// residual_blocks() full blocks, residual_blocks = ceil(kivi_residual_tokens /
+// block_size), plus the partial tail block, stay staged) into its compact arena
+// block, once, and returns its staging buffer. Attention reads a staged block
+// from its f32 rows (k_staged_table) and a sealed one from the arena.
+// Writing to a sealed block (a block reused after its sequence was freed, or a
+// rewrite) stages it again, first decoding what it held, so a block always
+// reads back what was last written or its encoding.
+// Memory: the arenas (bytes_per_token(), the compact cost) plus the staging
+// buffers held: staging_bytes() now, and at most residual_bytes_per_sequence()
+// per sequence (one staging buffer per layer and KIVI role for each residual
+// block and the tail). Staging buffers of blocks whose sequence was freed while
+// still staged are kept until the block id is written and sealed again.
+// Writes (write_token, seal_*) come from one thread at a time, as the model's
+// forward pass makes them; attention only reads.
+struct KvStorageOptions {
+  int kivi_residual_tokens = 0;  // the KIVI residual window, rounded up to whole blocks; ignored for other types
+};
+
 class KvStorage {
  public:
   // Validates the sizes and allocates; an error (never an abort) for bad or absurd sizes
   // or when the memory cannot be had.
   static Result<std::unique_ptr<KvStorage>> create(const KvLayout& layout, KvType k_type, KvType v_type,
-                                                   int num_blocks);
+                                                   int num_blocks, const KvStorageOptions& options = {});
 
   // For sizes already validated: aborts with the same message create() would return.
-  KvStorage(const KvLayout& layout, KvType k_type, KvType v_type, int num_blocks);
+  KvStorage(const KvLayout& layout, KvType k_type, KvType v_type, int num_blocks,
+            const KvStorageOptions& options = {});
   ~KvStorage();
   KvStorage(const KvStorage&) = delete;
   KvStorage& operator=(const KvStorage&) = delete;
 
-  // Encodes one token's K and V into (layer, block, slot).
+  // Encodes one token's K and V into (layer, block, slot) (KIVI roles: into the block's staging buffer).
   //   k, v: [num_kv_heads, head_dim]
   void write_token(int layer, BlockId block, int slot_in_block, const float* k, const float* v);
   // Decodes one token's K and V back to f32.
   //   k, v: [num_kv_heads, head_dim]
   void read_token(int layer, BlockId block, int slot_in_block, float* k, float* v) const;
+
+  // After a sequence's tokens [0, num_tokens) have been written to `layer`:
+  // encodes its staged full blocks outside the residual window (see above).
+  // A no-op (cheap) when neither K nor V is a KIVI type. Walks the table back
+  // from the window's edge and stops at the first block that is not staged.
+  //   block_table: the sequence's block ids in token order, >= num_tokens / block_size of them
+  void seal_full_blocks(int layer, const int32_t* block_table, int num_tokens);
+  // Encodes one staged block now (both roles), whatever the window; no-op when not staged.
+  void seal_block(int layer, BlockId block);
+  bool is_staged(int layer, BlockId block) const;
+
+  // Per block id, the f32 staging rows of a staged block or nullptr when the
+  // block is sealed (read it from the arena); the table itself is nullptr when
+  // the role is not a KIVI type. Row (slot, kv head) of a staged block starts at
+  // staged + (slot * num_kv_heads + kv_head) * head_dim.
+  const float* const* k_staged_table(int layer) const;  // [num_blocks]
+  const float* const* v_staged_table(int layer) const;  // [num_blocks]
+
+  int kivi_residual_tokens() const { return options_.kivi_residual_tokens; }
+  // Whole blocks of a sequence kept staged besides its partial tail block.
+  int residual_blocks() const;
+  // Bytes of staging buffers allocated now.
+  size_t staging_bytes() const;
+  // The most staging bytes one sequence holds: (residual_blocks() + 1) blocks ×
+  // layers × KIVI roles × block_size × num_kv_heads × head_dim × 4. Add this per
+  // sequence to bytes_per_token() × tokens for a KIVI cache's footprint.
+  size_t residual_bytes_per_sequence() const;
 
   // Raw encoded blocks for kernels: k_block_bytes() bytes each, layout defined by k_codec().
   const std::byte* k_block(int layer, BlockId block) const;
@@ -79,8 +133,17 @@ class KvStorage {
   using Arena = std::unique_ptr<std::byte[], AlignedFree>;
 
   KvStorage() = default;
-  Status init(const KvLayout& layout, KvType k_type, KvType v_type, int num_blocks);
+  Status init(const KvLayout& layout, KvType k_type, KvType v_type, int num_blocks, const KvStorageOptions& options);
   void check_address(int layer, BlockId block) const;
+
+  // One role's (K or V) staging state, for KIVI types only.
+  struct Staging {
+    bool enabled = false;
+    std::vector<std::vector<float*>> block_rows;  // [num_layers][num_blocks]: staging buffer or nullptr
+  };
+  size_t staging_floats() const { return layout_.values_per_token() * static_cast<size_t>(layout_.block_size); }
+  float* stage(Staging& staging, const KvCodec& codec, int layer, BlockId block, std::byte* encoded);
+  void seal(Staging& staging, const KvCodec& codec, int layer, BlockId block, std::byte* encoded);
 
   KvLayout layout_;
   const KvCodec* k_codec_ = nullptr;
@@ -90,6 +153,11 @@ class KvStorage {
   size_t v_block_bytes_ = 0;
   std::vector<Arena> k_arenas_;  // [num_layers]
   std::vector<Arena> v_arenas_;  // [num_layers]
+  KvStorageOptions options_;
+  Staging k_staging_;
+  Staging v_staging_;
+  std::vector<std::unique_ptr<float[]>> staging_buffers_;  // every buffer ever allocated, [staging_floats()] each
+  std::vector<float*> free_staging_;                       // the ones no block holds
 };
 
 }  // namespace kvlm

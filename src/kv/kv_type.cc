@@ -7,12 +7,19 @@
 #include "core/check.h"
 
 namespace kvlm {
+namespace {
+
+constexpr KvType kAll[] = {KvType::kF32,  KvType::kF16,  KvType::kBf16,  KvType::kFp8,
+                           KvType::kInt8, KvType::kInt4, KvType::kKivi4, KvType::kKivi2};
+
+}  // namespace
 
 std::optional<KvType> parse_kv_type(std::string_view name) {
   std::string lower(name);
   std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
-  if (lower == "f32") return KvType::kF32;
-  if (lower == "f16") return KvType::kF16;
+  for (KvType type : kAll) {
+    if (lower == kv_type_name(type)) return type;
+  }
   return std::nullopt;
 }
 
@@ -22,15 +29,24 @@ std::string_view kv_type_name(KvType type) {
       return "f32";
     case KvType::kF16:
       return "f16";
+    case KvType::kBf16:
+      return "bf16";
+    case KvType::kFp8:
+      return "fp8";
+    case KvType::kInt8:
+      return "int8";
+    case KvType::kInt4:
+      return "int4";
+    case KvType::kKivi4:
+      return "kivi4";
+    case KvType::kKivi2:
+      return "kivi2";
   }
   KVLM_CHECK(false, "unknown KvType {}", static_cast<int>(type));
   return {};
 }
 
-std::span<const KvType> all_kv_types() {
-  static constexpr KvType kAll[] = {KvType::kF32, KvType::kF16};
-  return kAll;
-}
+std::span<const KvType> all_kv_types() { return kAll; }
 
 std::string kv_type_list() {
   std::string names;
@@ -40,5 +56,7 @@ std::string kv_type_list() {
   }
   return names;
 }
+
+bool is_kivi(KvType type) { return type == KvType::kKivi4 || type == KvType::kKivi2; }
 
 }  // namespace kvlm

@@ -107,6 +107,8 @@ void LlamaModel::forward(const SequenceStep& step, KvStorage& cache, ThreadPool&
       cache.write_token(l, block, static_cast<int>(token_idx % block_size), &k_[static_cast<size_t>(t * c.kv_dim())],
                         &v_[static_cast<size_t>(t * c.kv_dim())]);
     }
+    // KIVI: encode the blocks that just filled and left the residual window (a no-op for other codecs).
+    cache.seal_full_blocks(l, step.block_table.data(), static_cast<int>(num_context));
 
     PagedAttentionArgs args;
     args.storage = &cache;

@@ -43,6 +43,9 @@ TEST(CliEval, JsonHasAllFieldsAndKldRoundTrips) {
     EXPECT_TRUE(jb.contains(key)) << key;
   }
   EXPECT_EQ(jb["windows"].get<int>(), 8);
+  // The planner's prediction for one window of 256 tokens matches the live pool's peak.
+  EXPECT_TRUE(jb["kv_planner"]["agrees"].get<bool>()) << jb["kv_planner"].dump();
+  EXPECT_EQ(jb["kv_planner"]["block_bytes"], jb["kv_bytes_peak"]);
   EXPECT_EQ(jb["tokens_scored"].get<int>(), 8 * 127);
   EXPECT_GE(jb["ppl"].get<double>(), 3.0);
   EXPECT_LE(jb["ppl"].get<double>(), 6.0);

@@ -13,8 +13,9 @@
 namespace kvlm::testing {
 
 std::string AttentionShape::name() const {
-  return fmt::format("h{}_kv{}_d{}_bs{}_ctx{}_q{}_{}_{}", num_heads, num_kv_heads, head_dim, block_size,
-                     num_context_tokens, num_queries, kv_type_name(k_type), kv_type_name(v_type));
+  return fmt::format("h{}_kv{}_d{}_bs{}_ctx{}_q{}_{}_{}{}", num_heads, num_kv_heads, head_dim, block_size,
+                     num_context_tokens, num_queries, kv_type_name(k_type), kv_type_name(v_type),
+                     kivi_residual > 0 ? fmt::format("_r{}", kivi_residual) : "");
 }
 
 PagedAttentionFixture PagedAttentionFixture::make(const AttentionShape& s, uint32_t seed, float q_gain) {
@@ -25,7 +26,7 @@ PagedAttentionFixture PagedAttentionFixture::make(const AttentionShape& s, uint3
                         .block_size = s.block_size};
   const int needed = (s.num_context_tokens + s.block_size - 1) / s.block_size;
   const int num_blocks = 2 * needed + 3;
-  auto created = KvStorage::create(layout, s.k_type, s.v_type, num_blocks);
+  auto created = KvStorage::create(layout, s.k_type, s.v_type, num_blocks, {.kivi_residual_tokens = s.kivi_residual});
   EXPECT_TRUE(created.ok()) << created.status().message();
   f.storage = std::move(created).value();
 
@@ -56,9 +57,20 @@ PagedAttentionFixture PagedAttentionFixture::make(const AttentionShape& s, uint3
     const BlockId block(f.block_table[static_cast<size_t>(t / s.block_size)]);
     const size_t off = static_cast<size_t>(t) * width;
     f.storage->write_token(kLayer, block, t % s.block_size, f.k.data() + off, f.v.data() + off);
-    f.storage->read_token(kLayer, block, t % s.block_size, f.k_stored.data() + off, f.v_stored.data() + off);
   }
+  // KIVI: full blocks outside the residual window are encoded now; the rest stay staged.
+  f.storage->seal_full_blocks(kLayer, f.block_table.data(), s.num_context_tokens);
+  f.reread_stored();
   return f;
+}
+
+void PagedAttentionFixture::reread_stored() {
+  const size_t width = storage->layout().values_per_token();
+  for (int t = 0; t < shape.num_context_tokens; ++t) {
+    const BlockId block(block_table[static_cast<size_t>(t / shape.block_size)]);
+    const size_t off = static_cast<size_t>(t) * width;
+    storage->read_token(kLayer, block, t % shape.block_size, k_stored.data() + off, v_stored.data() + off);
+  }
 }
 
 std::vector<float> PagedAttentionFixture::run_paged(ThreadPool& pool, AttentionIsa isa) const {

@@ -21,6 +21,7 @@ struct AttentionShape {
   int num_queries = 1;
   KvType k_type = KvType::kF32;
   KvType v_type = KvType::kF32;
+  int kivi_residual = 0;  // KvStorageOptions::kivi_residual_tokens
   std::string name() const;
 };
 
@@ -41,6 +42,9 @@ struct PagedAttentionFixture {
 
   // q_gain scales the queries: larger gains make the softmax peakier.
   static PagedAttentionFixture make(const AttentionShape& shape, uint32_t seed, float q_gain = 8.0f);
+
+  // Reads k_stored/v_stored back from the storage (after sealing or rewriting).
+  void reread_stored();
 
   std::vector<float> run_paged(ThreadPool& pool, AttentionIsa isa = AttentionIsa::kAuto) const;
   // The double-precision reference on the stored (codec-rounded) or the original K/V.

@@ -1,0 +1,133 @@
+// `kvlm bench`: prompt-processing and generation speed at given cache depths, as a llama-bench table.
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_error.h"
+#include "commands.h"
+#include "eval/speed_bench.h"
+#include "kv/kv_type.h"
+#include "kv_flags.h"
+#include "model/llama_model.h"
+
+namespace kvlm::cli {
+namespace {
+
+struct BenchFlags {
+  std::string model;
+  int prompt_tokens = 512;
+  int gen_tokens = 128;
+  std::vector<int> depths = {0};
+  KvTypeFlags kv;
+  int threads = 0;
+  int reps = 3;
+  int block_size = 16;
+  int prefill_chunk = 512;
+  uint64_t seed = 42;
+  bool no_warmup = false;
+  bool json = false;
+};
+
+nlohmann::json row_json(const SpeedBenchRow& row) {
+  return {
+      {"test", row.test},
+      {"kind", row.is_generation() ? "tg" : "pp"},
+      {"prompt_tokens", row.prompt_tokens},
+      {"gen_tokens", row.gen_tokens},
+      {"depth", row.depth},
+      {"type_k", kv_type_name(row.k_type)},
+      {"type_v", kv_type_name(row.v_type)},
+      {"reps", row.reps},
+      {"mean_tps", row.mean_tps},
+      {"stddev_tps", row.stddev_tps},
+      {"samples_tps", row.samples_tps},
+      {"samples_s", row.samples_s},
+      {"weight_bytes_per_token", row.weight_bytes_per_token},
+      {"kv_tokens_read", row.kv_tokens_read},
+      {"kv_bytes_per_token", row.kv_bytes_per_token},
+      {"bytes_per_token", row.bytes_per_token},
+      {"gb_per_s", row.gb_per_s},
+  };
+}
+
+void run_bench(const BenchFlags& f) {
+  SpeedBenchOptions options;
+  options.prompt_tokens = f.prompt_tokens;
+  options.gen_tokens = f.gen_tokens;
+  options.depths = f.depths;
+  options.reps = f.reps;
+  options.k_type = f.kv.k_type();
+  options.v_type = f.kv.v_type();
+  options.block_size = f.block_size;
+  options.prefill_chunk = f.prefill_chunk;
+  options.warmup = !f.no_warmup;
+  options.seed = f.seed;
+
+  auto model = value_or_throw(LlamaModel::load(f.model));
+  // Checked before the thread pool starts so bad flags fail at once.
+  throw_if_error(validate_speed_bench_options(options, model->config()));
+  ThreadPool pool(resolve_threads(f.threads));
+  const SpeedBenchResult r = value_or_throw(run_speed_bench(*model, pool, options));
+
+  if (f.json) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const SpeedBenchRow& row : r.rows) rows.push_back(row_json(row));
+    const nlohmann::json j = {
+        {"model", f.model},
+        {"model_label", r.model_label},
+        {"model_bytes", r.model_bytes},
+        {"num_params", r.num_params},
+        {"backend", r.backend},
+        {"threads", r.threads},
+        {"machine", r.machine},
+        {"block_size", r.block_size},
+        {"prefill_chunk", options.prefill_chunk},
+        {"warmup", options.warmup},
+        {"seed", r.seed},
+        {"weight_bytes_per_token", r.weight_bytes_per_token},
+        {"kv_bytes_per_cached_token", r.kv_bytes_per_cached_token},
+        {"blocks_in_use_at_end", r.blocks_in_use_at_end},
+        {"rows", rows},
+    };
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
+  std::printf("%s", format_speed_bench_table(r).c_str());
+  std::printf("\n%s\n", r.machine.c_str());
+  std::printf("decode bytes/token = weights %.2f MB (every matrix + one embedding row) + KV %llu B/token x mean "
+              "tokens read; seed %llu, block size %d\n",
+              static_cast<double>(r.weight_bytes_per_token) / 1e6,
+              static_cast<unsigned long long>(r.kv_bytes_per_cached_token), static_cast<unsigned long long>(r.seed),
+              r.block_size);
+}
+
+}  // namespace
+
+CLI::App* add_bench_command(CLI::App& app) {
+  auto flags = std::make_shared<BenchFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "bench", "Prompt-processing (pp) and generation (tg) tokens/s at given KV-cache depths (llama-bench style)");
+  cmd->add_option("--model,-m", flags->model, "GGUF model file")->required();
+  cmd->add_option("--n-prompt,-p", flags->prompt_tokens, "prompt tokens per pp test; 0 skips pp")
+      ->capture_default_str();
+  cmd->add_option("--n-gen,-n", flags->gen_tokens, "generated tokens per tg test; 0 skips tg")->capture_default_str();
+  cmd->add_option("--n-depth,-d", flags->depths, "cache depths filled before timing, e.g. 0,2048,8192")
+      ->delimiter(',')
+      ->capture_default_str();
+  flags->kv.add_to(cmd);
+  cmd->add_option("--threads,-t", flags->threads, "threads (default: all cores)");
+  cmd->add_option("--reps,-r", flags->reps, "repetitions per test")->capture_default_str();
+  cmd->add_option("--block-size", flags->block_size, "tokens per KV block")->capture_default_str();
+  cmd->add_option("--prefill-chunk", flags->prefill_chunk, "tokens per forward in prefill (like llama-bench -ub)")
+      ->capture_default_str();
+  cmd->add_option("--seed", flags->seed, "seed of the random token ids")->capture_default_str();
+  cmd->add_flag("--no-warmup", flags->no_warmup, "skip the untimed warm-up run of each test");
+  cmd->add_flag("--json", flags->json, "print one JSON object with every row and number");
+  cmd->callback([flags] { run_bench(*flags); });
+  return cmd;
+}
+
+}  // namespace kvlm::cli

@@ -1,0 +1,254 @@
+// `kvlm plan`: KV memory per token, totals and memory fit for every KV option, and --advise.
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli_error.h"
+#include "commands.h"
+#include "core/dtype.h"
+#include "plan/kv_advisor.h"
+#include "plan/kv_planner.h"
+#include "plan/memory_size.h"
+#include "plan/model_shape.h"
+
+namespace kvlm::cli {
+namespace {
+
+struct PlanFlags {
+  std::string model;
+  std::string preset;
+  int layers = 0;
+  int heads = 0;
+  int kv_heads = 0;      // 0: same as heads
+  int head_dim = 0;
+  int v_head_dim = 0;    // 0: same as head_dim
+  int kv_lora_rank = 0;
+  int rope_dim = 0;
+  double params = 0;
+  int64_t ctx = 0;       // 0: the model's context
+  int64_t batch = 1;
+  int block_size = 16;
+  int kivi_residual = 0;
+  std::string memory;
+  std::string weight_type;  // empty: the GGUF's own bytes, else f16 for presets
+  std::string advise;
+  bool json = false;
+};
+
+bool explicit_shape(const PlanFlags& f) {
+  return f.layers || f.heads || f.kv_heads || f.head_dim || f.v_head_dim || f.kv_lora_rank || f.rope_dim;
+}
+
+ModelShape resolve_shape(const PlanFlags& f) {
+  const int sources = !f.model.empty() + !f.preset.empty() + explicit_shape(f);
+  if (sources != 1) {
+    throw CliError("give exactly one of --model FILE.gguf, --preset NAME, or --layers/--heads/--head-dim (presets: " +
+                   preset_list() + ")");
+  }
+  ModelShape shape;
+  if (!f.model.empty()) {
+    shape = value_or_throw(load_model_shape(f.model));
+  } else if (!f.preset.empty()) {
+    shape = value_or_throw(find_preset(f.preset));
+  } else {
+    if (!f.layers || !f.heads || !f.head_dim) throw CliError("an explicit shape needs --layers, --heads and --head-dim");
+    if (f.rope_dim && !f.kv_lora_rank) throw CliError("--rope-dim needs --kv-lora-rank (MLA)");
+    shape.name = "custom";
+    shape.architecture = f.kv_lora_rank ? "mla" : "custom";
+    shape.num_layers = f.layers;
+    shape.num_heads = f.heads;
+    shape.num_kv_heads = f.kv_heads ? f.kv_heads : f.heads;
+    shape.head_dim = f.head_dim;
+    shape.v_head_dim = f.v_head_dim ? f.v_head_dim : f.head_dim;
+    shape.kv_lora_rank = f.kv_lora_rank;
+    shape.rope_head_dim = f.rope_dim;
+    shape.context_length = f.ctx > 0 ? f.ctx : 4096;
+    shape.num_params = f.params;
+    throw_if_error(validate_model_shape(shape));
+  }
+  if (f.params > 0 && f.model.empty()) shape.num_params = f.params;
+  return shape;
+}
+
+// Weight bytes: the GGUF's tensor bytes, unless --weight-type asks what another type would take.
+struct Weights {
+  uint64_t bytes = 0;
+  std::string source;
+};
+Weights resolve_weights(const PlanFlags& f, const ModelShape& shape) {
+  if (f.weight_type.empty() && shape.weight_bytes > 0) return {shape.weight_bytes, "tensor bytes of the GGUF"};
+  const std::string type_name = f.weight_type.empty() ? "f16" : f.weight_type;
+  const auto type = parse_ggml_type(type_name);
+  if (!type || (*type != GgmlType::kF32 && *type != GgmlType::kF16 && *type != GgmlType::kBF16 &&
+                *type != GgmlType::kQ8_0 && *type != GgmlType::kQ4_0)) {
+    throw CliError(fmt::format("--weight-type '{}' is not one of: f32, f16, bf16, q8_0, q4_0", type_name));
+  }
+  if (shape.num_params <= 0) return {0, "unknown (give --params)"};
+  return {value_or_throw(weight_bytes_for(shape.num_params, *type)),
+          fmt::format("{:.3g} params × {}", shape.num_params, ggml_type_name(*type))};
+}
+
+nlohmann::json shape_json(const ModelShape& s) {
+  return {{"name", s.name},
+          {"architecture", s.architecture},
+          {"num_layers", s.num_layers},
+          {"num_heads", s.num_heads},
+          {"num_kv_heads", s.num_kv_heads},
+          {"head_dim", s.head_dim},
+          {"v_head_dim", s.v_head_dim},
+          {"context_length", s.context_length},
+          {"num_params", s.num_params},
+          {"kv_lora_rank", s.kv_lora_rank},
+          {"rope_head_dim", s.rope_head_dim},
+          {"mla", s.is_mla()}};
+}
+
+nlohmann::json row_json(const PlanRow& r) {
+  nlohmann::json j = {{"label", r.option.label},
+                      {"baseline", r.is_baseline},
+                      {"k_type", kv_type_name(r.option.k_type)},
+                      {"v_type", r.option.form == CacheForm::kLatent ? "" : kv_type_name(r.option.v_type)},
+                      {"form", r.option.form == CacheForm::kLatent ? "latent" : "full"},
+                      {"policy", r.option.policy},
+                      {"token_budget", r.option.token_budget},
+                      {"bytes_per_token", r.footprint.bytes_per_token()},
+                      {"bytes_per_block", r.footprint.bytes_per_block},
+                      {"k_block_bytes_per_layer", r.footprint.k_block_bytes},
+                      {"v_block_bytes_per_layer", r.footprint.v_block_bytes},
+                      {"tokens_per_sequence", r.tokens_per_sequence},
+                      {"total_bytes_formula", r.formula_bytes},
+                      {"total_bytes_blocks", r.block_bytes_total},
+                      {"ratio_to_baseline", r.ratio_to_baseline},
+                      {"staging_bytes_per_sequence", r.staging_bytes_per_sequence}};
+  const CodecQuality k = codec_quality(r.option.k_type);
+  j["k_quality"] = {{"tier", quality_tier_name(k.tier)},
+                    {"bits_per_value", k.bits_per_value},
+                    {"relative_rms_error", k.relative_rms_error}};
+  if (r.fit) {
+    j["fit"] = {{"available_bytes", r.fit->available_bytes},
+                {"tokens", r.fit->tokens},
+                {"sequences", r.fit->sequences}};
+  }
+  return j;
+}
+
+void print_json(const Plan& plan, const Weights& weights, const std::optional<Advice>& advice) {
+  nlohmann::json j = {{"model", shape_json(plan.shape)},
+                      {"ctx", plan.request.ctx},
+                      {"batch", plan.request.batch},
+                      {"block_size", plan.request.block_size},
+                      {"weight_bytes", weights.bytes},
+                      {"weight_source", weights.source},
+                      {"baseline_bytes_per_token", plan.baseline_bytes_per_token}};
+  if (plan.request.memory_bytes) j["memory_bytes"] = *plan.request.memory_bytes;
+  j["rows"] = nlohmann::json::array();
+  for (const PlanRow& r : plan.rows) j["rows"].push_back(row_json(r));
+  if (advice) {
+    nlohmann::json a = {{"scenario", scenario_name(advice->scenario)},
+                        {"recommendation", advice->recommendation},
+                        {"reasons", advice->reasons},
+                        {"not_available", advice->not_available}};
+    if (advice->chosen_row) {
+      a["chosen"] = row_json(plan.rows[*advice->chosen_row]);
+    } else {
+      a["chosen"] = nullptr;
+    }
+    j["advice"] = a;
+  }
+  std::printf("%s\n", j.dump(2).c_str());
+}
+
+void print_human(const Plan& plan, const Weights& weights, const std::optional<Advice>& advice) {
+  const ModelShape& s = plan.shape;
+  std::string attention = s.is_mla() ? fmt::format("MLA, latent {} + {} rope dims", s.kv_lora_rank, s.rope_head_dim)
+                          : s.num_kv_heads < s.num_heads ? fmt::format("GQA, {} kv heads", s.num_kv_heads)
+                                                         : std::string("MHA");
+  std::printf("model      %s (%s): %d layers, %d heads (%s), head dim %d/%d (K/V), context %lld\n", s.name.c_str(),
+              s.architecture.c_str(), s.num_layers, s.num_heads, attention.c_str(), s.head_dim, s.v_head_dim,
+              static_cast<long long>(s.context_length));
+  std::printf("weights    %s (%s)\n", format_bytes(static_cast<double>(weights.bytes)).c_str(), weights.source.c_str());
+  std::printf("request    %lld tokens x %lld sequence%s, blocks of %d tokens%s\n",
+              static_cast<long long>(plan.request.ctx), static_cast<long long>(plan.request.batch),
+              plan.request.batch == 1 ? "" : "s", plan.request.block_size,
+              plan.request.memory_bytes
+                  ? fmt::format(", memory {}", format_bytes(static_cast<double>(*plan.request.memory_bytes))).c_str()
+                  : "");
+  std::printf("\n%-22s %14s %12s %14s %8s", "option", "bytes/token", "per token", "total", "ratio");
+  if (plan.request.memory_bytes) std::printf(" %14s %10s", "tokens fit", "seqs fit");
+  std::printf("\n");
+  for (const PlanRow& r : plan.rows) {
+    std::printf("%-22s %14.1f %12s %14s %7.3fx", r.option.label.c_str(), r.footprint.bytes_per_token(),
+                format_bytes(r.footprint.bytes_per_token()).c_str(),
+                format_bytes(static_cast<double>(r.block_bytes_total)).c_str(), r.ratio_to_baseline);
+    if (r.fit) std::printf(" %14lld %10lld", static_cast<long long>(r.fit->tokens), static_cast<long long>(r.fit->sequences));
+    std::printf("\n");
+  }
+  std::printf("\ntotal = whole blocks of %d tokens per sequence x batch (KIVI: + f32 staging of the tail and "
+              "residual blocks); ratio against the FP16 MHA cache (%.0f B/token)\n",
+              plan.request.block_size, plan.baseline_bytes_per_token);
+  if (advice) {
+    std::printf("\nadvice (%s): %s\n", std::string(scenario_name(advice->scenario)).c_str(),
+                advice->recommendation.c_str());
+    for (const std::string& reason : advice->reasons) std::printf("  - %s\n", reason.c_str());
+    for (const std::string& missing : advice->not_available) std::printf("  ! %s\n", missing.c_str());
+  }
+}
+
+void run(const PlanFlags& f) {
+  const ModelShape shape = resolve_shape(f);
+  const Weights weights = resolve_weights(f, shape);
+  PlanRequest request;
+  request.ctx = f.ctx > 0 ? f.ctx : shape.context_length;
+  request.batch = f.batch;
+  request.block_size = f.block_size;
+  request.weight_bytes = weights.bytes;
+  request.kivi_residual_tokens = f.kivi_residual;
+  if (!f.memory.empty()) request.memory_bytes = value_or_throw(parse_memory_size(f.memory));
+  const Plan plan = value_or_throw(make_plan(shape, request));
+
+  std::optional<Advice> advice;
+  if (!f.advise.empty()) {
+    const auto scenario = parse_scenario(f.advise);
+    if (!scenario) throw CliError(fmt::format("--advise '{}' is not one of: {}", f.advise, scenario_list()));
+    advice = value_or_throw(kvlm::advise(plan, *scenario));
+  }
+  if (f.json) {
+    print_json(plan, weights, advice);
+  } else {
+    print_human(plan, weights, advice);
+  }
+}
+
+}  // namespace
+
+CLI::App* add_plan_command(CLI::App& app) {
+  auto f = std::make_shared<PlanFlags>();
+  CLI::App* cmd = app.add_subcommand("plan", "KV cache memory per token, totals and fit per KV option; --advise");
+  cmd->add_option("--model", f->model, "GGUF model file (shapes and weight bytes from the file)");
+  cmd->add_option("--preset", f->preset, "built-in shape: " + preset_list());
+  cmd->add_option("--layers", f->layers, "explicit shape: layers");
+  cmd->add_option("--heads", f->heads, "explicit shape: query heads");
+  cmd->add_option("--kv-heads", f->kv_heads, "explicit shape: K/V heads (default: --heads)");
+  cmd->add_option("--head-dim", f->head_dim, "explicit shape: K head size");
+  cmd->add_option("--v-head-dim", f->v_head_dim, "explicit shape: V head size (default: --head-dim)");
+  cmd->add_option("--kv-lora-rank", f->kv_lora_rank, "explicit shape: MLA latent size");
+  cmd->add_option("--rope-dim", f->rope_dim, "explicit shape: MLA decoupled rope dims");
+  cmd->add_option("--params", f->params, "parameter count, for weight bytes (e.g. 6.74e9)");
+  cmd->add_option("--ctx", f->ctx, "tokens per sequence (default: the model's context)");
+  cmd->add_option("--batch", f->batch, "concurrent sequences")->capture_default_str();
+  cmd->add_option("--block-size", f->block_size, "tokens per cache block")->capture_default_str();
+  cmd->add_option("--kivi-residual", f->kivi_residual, "KIVI residual window kept in f32, tokens")
+      ->capture_default_str();
+  cmd->add_option("--memory", f->memory, "memory for weights + cache: 24GiB, 24GB, 512MiB, bytes");
+  cmd->add_option("--weight-type", f->weight_type, "weights as f32|f16|bf16|q8_0|q4_0 (default: the GGUF's, else f16)");
+  cmd->add_option("--advise", f->advise, "recommend a configuration: " + scenario_list());
+  cmd->add_flag("--json", f->json, "print one JSON object");
+  cmd->callback([f] { run(*f); });
+  return cmd;
+}
+
+}  // namespace kvlm::cli

@@ -1,0 +1,57 @@
+// The planner's prediction for a finished run, printed beside the live pool's bytes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli_error.h"
+#include "kv/kv_type.h"
+#include "model/model_config.h"
+#include "plan/kv_planner.h"
+#include "plan/model_shape.h"
+
+namespace kvlm::cli {
+
+// What `kvlm plan` predicts for sequences of these lengths, against the bytes the live pool held.
+// The two agree when formula <= live <= formula + slack (one partially filled block per sequence
+// and layer); anything else is an accounting bug, which the CLI tests assert never happens.
+struct PlannerCheck {
+  PoolPrediction predicted;
+  uint64_t live_bytes = 0;
+
+  bool agrees() const {
+    const double live = static_cast<double>(live_bytes);
+    return live >= predicted.formula_bytes &&
+           live <= predicted.formula_bytes + static_cast<double>(predicted.slack_bytes);
+  }
+
+  std::string line() const {
+    return fmt::format("KV planner       predicts {:.0f} bytes by formula, {} in whole blocks (slack {}); live pool "
+                       "{} bytes: {}\n",
+                       predicted.formula_bytes, predicted.block_bytes, predicted.slack_bytes, live_bytes,
+                       agrees() ? "agrees" : "DISAGREES");
+  }
+
+  nlohmann::json json() const {
+    return {{"formula_bytes", predicted.formula_bytes},
+            {"block_bytes", predicted.block_bytes},
+            {"slack_bytes", predicted.slack_bytes},
+            {"live_bytes", live_bytes},
+            {"agrees", agrees()}};
+  }
+};
+
+inline PlannerCheck check_against_planner(const ModelConfig& config, KvType k_type, KvType v_type, int block_size,
+                                          const std::vector<int64_t>& tokens_per_sequence, uint64_t live_bytes) {
+  PlannerCheck check;
+  check.predicted = value_or_throw(predict_pool_bytes(model_shape_from_config(config), k_type, v_type,
+                                                      CacheForm::kFull, block_size, tokens_per_sequence));
+  check.live_bytes = live_bytes;
+  return check;
+}
+
+}  // namespace kvlm::cli

@@ -1,0 +1,105 @@
+// run_speed_bench: prompt-processing and generation tokens/s at given KV-cache depths (`kvlm bench`).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "kv/kv_type.h"
+
+namespace kvlm {
+
+class LlamaModel;
+struct ModelConfig;
+struct LlamaWeights;
+
+// What to measure. For each depth d (in the order given):
+//   - the cache is filled with d random tokens (untimed, once per depth);
+//   - "pp": a prefill of prompt_tokens tokens on top of the d cached tokens, timed, `reps` times;
+//   - "tg": gen_tokens decode steps of one token each on top of the d cached tokens, timed, `reps` times.
+// Every repetition starts from the same filled state: the sequence's blocks are reserved for
+// d + max(p, n) tokens up front, and a repetition only writes slots at positions >= d, which the
+// next repetition overwrites (see speed_bench.cc). Tokens are random ids, fixed by `seed`.
+struct SpeedBenchOptions {
+  int prompt_tokens = 512;      // -p; 0 skips the pp rows
+  int gen_tokens = 128;         // -n; 0 skips the tg rows
+  std::vector<int> depths = {0};
+  int reps = 3;
+  KvType k_type = KvType::kF32;
+  KvType v_type = KvType::kF32;
+  int block_size = 16;
+  int prefill_chunk = 512;      // tokens per forward for the depth fill and for pp (llama-bench's ubatch)
+  bool warmup = true;           // one untimed run of each test before its repetitions, as llama-bench does
+  uint64_t seed = 42;           // random token ids: Rng(seed), id = next_u64() % vocab
+
+  static constexpr int kMaxReps = 1000;
+  static constexpr int kMaxDepths = 64;
+};
+
+// The two tests llama-bench runs: prompt processing (pp) and token generation (tg).
+enum class SpeedTest { kPrompt, kGeneration };
+
+// One line of the table: one test at one depth.
+struct SpeedBenchRow {
+  std::string test;             // "pp512", "tg128", "pp512 @ d2048", "tg128 @ d2048" (llama-bench's names)
+  int prompt_tokens = 0;        // p for pp rows, 0 for tg rows
+  int gen_tokens = 0;           // n for tg rows, 0 for pp rows
+  int depth = 0;
+  KvType k_type = KvType::kF32;
+  KvType v_type = KvType::kF32;
+  int reps = 0;
+  std::vector<double> samples_tps;  // [reps] tokens/s of each repetition
+  std::vector<double> samples_s;    // [reps] seconds of each repetition
+  double mean_tps = 0;
+  double stddev_tps = 0;        // sample standard deviation (n - 1); 0 for one repetition
+  // Decode traffic, tg rows only (0 for pp rows):
+  double weight_bytes_per_token = 0;  // weight bytes one decode step reads
+  double kv_tokens_read = 0;          // mean tokens attention reads per step: depth + (n + 1) / 2
+  double kv_bytes_per_token = 0;      // kv_tokens_read × KV bytes per cached token (all layers, K + V)
+  double bytes_per_token = 0;         // weight + KV bytes
+  double gb_per_s = 0;                // bytes_per_token × mean_tps / 1e9
+
+  bool is_generation() const { return gen_tokens > 0; }
+};
+
+struct SpeedBenchResult {
+  std::string model_label;      // "llama 292.90K F32": architecture, parameters, main weight type
+  uint64_t model_bytes = 0;     // bytes of all tensors
+  uint64_t num_params = 0;      // elements of all tensors
+  std::string backend = "CPU";
+  int threads = 0;
+  std::string machine;          // one line: CPU model, features the kernels may use, threads
+  int block_size = 0;
+  uint64_t seed = 0;
+  uint64_t weight_bytes_per_token = 0;  // decode_weight_read_bytes(weights)
+  uint64_t kv_bytes_per_cached_token = 0;  // KvStorage::bytes_per_token()
+  int blocks_in_use_at_end = 0; // blocks the pool still held when the run ended: 0 unless a leak
+  std::vector<SpeedBenchRow> rows;
+};
+
+// Checks the options against the model: p, n, depths >= 0 and not all work empty; depth + p + n
+// within the model's context; reps in [1, kMaxReps]; block size and chunk sane.
+Status validate_speed_bench_options(const SpeedBenchOptions& options, const ModelConfig& config);
+
+// Weight bytes one decode step reads: every matrix the forward multiplies (q, k, v, o, gate, up,
+// down of each layer and the output head, read whole even when tied to the embedding) plus one
+// row of the token embedding. Norm vectors (a few KB) are not counted.
+uint64_t decode_weight_read_bytes(const LlamaWeights& weights);
+
+// Runs the measurements. Only measures: nothing about speed is asserted.
+Result<SpeedBenchResult> run_speed_bench(LlamaModel& model, ThreadPool& pool, const SpeedBenchOptions& options);
+
+// llama-bench's markdown table plus decode traffic columns for tg rows:
+// | model | size | params | backend | threads | type_k | type_v | test | t/s | MB/tok | GB/s |
+// (MB = 1e6 bytes moved per decode token; both empty on pp rows).
+std::string format_speed_bench_table(const SpeedBenchResult& result);
+
+// "1.23 GiB" / "4.56 MiB" and "1.24 B" / "260.00 K", as llama-bench prints size and params.
+std::string format_bytes_binary(uint64_t bytes);
+std::string format_count_si(uint64_t count);
+// "pp512", "tg128 @ d2048".
+std::string speed_test_name(SpeedTest test, int tokens, int depth);
+
+}  // namespace kvlm

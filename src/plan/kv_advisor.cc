@@ -1,0 +1,408 @@
+#include "plan/kv_advisor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "kv/kv_codec.h"
+#include "plan/memory_size.h"
+
+namespace kvlm {
+namespace {
+
+struct ScenarioName {
+  Scenario scenario;
+  std::string_view name;
+};
+constexpr ScenarioName kScenarios[] = {
+    {Scenario::kLimitedMemory, "limited-memory"},
+    {Scenario::kLongChat, "long-chat"},
+    {Scenario::kLongRecall, "long-recall"},
+    {Scenario::kConcurrency, "concurrency"},
+};
+
+// The worse of the two codecs of an option (the latent uses only K).
+CodecQuality row_quality(const PlanRow& row) {
+  const CodecQuality k = codec_quality(row.option.k_type);
+  if (row.option.form == CacheForm::kLatent) return k;
+  const CodecQuality v = codec_quality(row.option.v_type);
+  if (k.tier != v.tier) return k.tier > v.tier ? k : v;
+  return k.relative_rms_error >= v.relative_rms_error ? k : v;
+}
+
+// Indices of the plan's options, best quality first, then fewest bytes: the order in which
+// every scenario considers them. The baseline row is a reference, never a candidate.
+std::vector<size_t> candidates(const Plan& plan, bool allow_eviction) {
+  std::vector<size_t> out;
+  for (size_t i = 0; i < plan.rows.size(); ++i) {
+    const PlanRow& row = plan.rows[i];
+    if (row.is_baseline || (!allow_eviction && row.option.evicts())) continue;
+    out.push_back(i);
+  }
+  // f32 ranks with the 16-bit codecs: K and V come from 16-bit (or coarser) weights, and a
+  // 16-bit cache is llama.cpp's and vLLM's default, so 32 bits never win on quality alone.
+  auto rank = [&](size_t i) { return std::max(row_quality(plan.rows[i]).tier, QualityTier::kLossless); };
+  std::stable_sort(out.begin(), out.end(), [&](size_t a, size_t b) {
+    const QualityTier ta = rank(a), tb = rank(b);
+    if (ta != tb) return ta < tb;
+    const uint64_t ba = plan.rows[a].footprint.bytes_per_block, bb = plan.rows[b].footprint.bytes_per_block;
+    if (ba != bb) return ba < bb;
+    return row_quality(plan.rows[a]).relative_rms_error < row_quality(plan.rows[b]).relative_rms_error;
+  });
+  return out;
+}
+
+// The option with the fewest bytes among `order` (not empty).
+size_t smallest_row(const Plan& plan, const std::vector<size_t>& order) {
+  return *std::min_element(order.begin(), order.end(), [&](size_t x, size_t y) {
+    return plan.rows[x].footprint.bytes_per_block < plan.rows[y].footprint.bytes_per_block;
+  });
+}
+
+bool fits(const Plan& plan, const PlanRow& row) {
+  return !row.fit || row.fit->sequences >= plan.request.batch;
+}
+
+std::optional<size_t> first_fitting(const Plan& plan, const std::vector<size_t>& order) {
+  for (size_t i : order) {
+    if (fits(plan, plan.rows[i])) return i;
+  }
+  return std::nullopt;
+}
+
+std::string flags_for(const PlanRow& row) {
+  const std::string_view k = kv_type_name(row.option.k_type), v = kv_type_name(row.option.v_type);
+  if (row.option.form == CacheForm::kLatent || k == v) return fmt::format("--kv-type {}", k);
+  return fmt::format("--kv-type-k {} --kv-type-v {}", k, v);
+}
+
+// "f16 (lossless, 16.0 bits/value): 512.00 KiB/token, 2.00 GiB for 4096 tokens × 1 sequence, 1.00× the FP16 MHA cache"
+std::string describe(const Plan& plan, const PlanRow& row) {
+  const CodecQuality q = row_quality(row);
+  return fmt::format("{} ({}, {:.2f} bits/value, {:.2g}% rms error on a test block): {}/token, {} for {} tokens × {} sequence{}, {:.3f}× the FP16 MHA "
+                     "cache",
+                     row.option.label, quality_tier_name(q.tier), q.bits_per_value, 100 * q.relative_rms_error,
+                     format_bytes(row.footprint.bytes_per_token()), format_bytes(static_cast<double>(row.block_bytes_total)),
+                     row.tokens_per_sequence, plan.request.batch, plan.request.batch == 1 ? "" : "s",
+                     row.ratio_to_baseline);
+}
+
+std::string describe_fit(const PlanRow& row) {
+  const MemoryFit& f = *row.fit;
+  return fmt::format("{} leaves {} for the cache after {} of weights: {} fits {} tokens, {} sequence{} of {} tokens",
+                     format_bytes(static_cast<double>(f.memory_bytes)), format_bytes(static_cast<double>(f.available_bytes)),
+                     format_bytes(static_cast<double>(f.weight_bytes)), row.option.label, f.tokens, f.sequences,
+                     f.sequences == 1 ? "" : "s", row.tokens_per_sequence);
+}
+
+// What exists in this build at or above a tier, for "not available" notes.
+bool has_tier(const Plan& plan, QualityTier tier) {
+  for (const PlanRow& row : plan.rows) {
+    if (!row.is_baseline && row_quality(row).tier == tier) return true;
+  }
+  return false;
+}
+
+void note_missing_quantized_codecs(const Plan& plan, Advice& advice) {
+  if (!has_tier(plan, QualityTier::kNearLossless)) {
+    advice.not_available.push_back(fmt::format(
+        "8-bit KV codecs (int8 per token, fp8: ≈ lossless at half of f16) are not in this build (codecs: {})",
+        kv_type_list()));
+  }
+  if (!has_tier(plan, QualityTier::kFourBit)) {
+    advice.not_available.push_back("4-bit KV codecs (int4 per group) are not in this build");
+  }
+  if (!has_tier(plan, QualityTier::kTwoBit)) {
+    advice.not_available.push_back("2-bit KIVI (keys per channel, values per token) is not in this build");
+  }
+}
+
+void note_eviction_missing(Advice& advice) {
+  advice.not_available.push_back(
+      "eviction policies (sliding window, StreamingLLM, H2O) with a fixed token budget are not implemented in kvlm "
+      "yet");
+}
+
+// Architecture guidance for readers still choosing a model: what GQA or MLA does to this cache.
+std::string architecture_note(const Plan& plan) {
+  const ModelShape& s = plan.shape;
+  if (s.is_mla()) {
+    return fmt::format("MLA: each layer stores one latent of {} values ({} + {} rope dims) per token instead of "
+                       "{} × ({} + {}) = {} K/V values: {:.1f}× less than the MHA cache at equal precision",
+                       s.latent_dim(), s.kv_lora_rank, s.rope_head_dim, s.num_heads, s.head_dim, s.v_head_dim,
+                       s.num_heads * (s.head_dim + s.v_head_dim),
+                       static_cast<double>(s.num_heads * (s.head_dim + s.v_head_dim)) / s.latent_dim());
+  }
+  if (s.num_kv_heads < s.num_heads) {
+    return fmt::format("GQA: this model stores {} K/V heads for {} query heads, {:.0f}× less than MHA", s.num_kv_heads,
+                       s.num_heads, static_cast<double>(s.num_heads) / s.num_kv_heads);
+  }
+  const int gqa_heads = std::max(1, s.num_heads / 4);
+  return fmt::format("this model is MHA ({} K/V heads); when choosing a model, GQA with {} K/V heads would need "
+                     "{}/token in f16 ({}× less), and MLA with a 512+64 latent {}/token",
+                     s.num_heads, gqa_heads,
+                     format_bytes(2.0 * s.num_layers * gqa_heads * (s.head_dim + s.v_head_dim)),
+                     s.num_heads / gqa_heads, format_bytes(2.0 * s.num_layers * 576));
+}
+
+void advise_limited_memory(const Plan& plan, Advice& a) {
+  const std::vector<size_t> order = candidates(plan, /*allow_eviction=*/true);
+  const PlanRow& best = plan.rows[order.front()];
+  a.chosen_row = first_fitting(plan, order);
+  if (a.chosen_row == order.front()) {
+    a.reasons.push_back(fmt::format("the least lossy option already fits, so there is no need to quantize: {}",
+                                    describe(plan, best)));
+  } else {
+    a.reasons.push_back(fmt::format("{} does not fit: {}", best.option.label, describe_fit(best)));
+    a.reasons.push_back(
+        "quantizing the cache is the safest first step for an existing model: no retraining, 8-bit KV is ≈ lossless, "
+        "4-bit is next, and KIVI reaches 2 bits with keys quantized per channel");
+    note_missing_quantized_codecs(plan, a);
+  }
+  if (a.chosen_row) {
+    const PlanRow& row = plan.rows[*a.chosen_row];
+    if (*a.chosen_row != order.front()) a.reasons.push_back(describe(plan, row));
+    a.reasons.push_back(describe_fit(row));
+    return;
+  }
+  // Nothing fits: say how far the smallest option goes.
+  const PlanRow& smallest = plan.rows[smallest_row(plan, order)];
+  a.reasons.push_back(fmt::format("even the smallest option does not fit: {}", describe_fit(smallest)));
+  a.reasons.push_back(fmt::format("with {} at most {} tokens per sequence fit for {} sequences: lower --ctx or --batch",
+                                  smallest.option.label, smallest.fit->tokens / plan.request.batch, plan.request.batch));
+  note_eviction_missing(a);
+}
+
+void advise_long_chat(const Plan& plan, Advice& a) {
+  a.not_available.push_back(
+      "StreamingLLM (a few attention-sink tokens + a recent window, a fixed token budget, so memory stops growing) is "
+      "the method for long streaming chat; it is not implemented in kvlm yet, so this falls back to a full cache");
+  const std::vector<size_t> order = candidates(plan, /*allow_eviction=*/true);
+  a.chosen_row = plan.request.memory_bytes ? first_fitting(plan, order) : std::optional<size_t>(order.front());
+  if (!a.chosen_row) {
+    a.reasons.push_back(fmt::format("no option holds {} tokens × {} sequences: {}", plan.request.ctx,
+                                    plan.request.batch, describe_fit(plan.rows[smallest_row(plan, order)])));
+    note_missing_quantized_codecs(plan, a);
+    return;
+  }
+  const PlanRow& row = plan.rows[*a.chosen_row];
+  a.reasons.push_back(fmt::format(
+      "a full cache grows by {} per token; with {} the chat holds {} per sequence at {} tokens and must be cut or "
+      "restarted beyond that",
+      format_bytes(row.footprint.bytes_per_token()), row.option.label,
+      format_bytes(row.footprint.bytes_per_token() * static_cast<double>(row.tokens_per_sequence)),
+      row.tokens_per_sequence));
+  a.reasons.push_back(describe(plan, row));
+  if (row.fit) {
+    a.reasons.push_back(describe_fit(row));
+    a.reasons.push_back(fmt::format("the longest chat that fits with {} is {} tokens per sequence for {} sequence{}",
+                                    row.option.label, row.fit->tokens / plan.request.batch, plan.request.batch,
+                                    plan.request.batch == 1 ? "" : "s"));
+  }
+}
+
+void advise_long_recall(const Plan& plan, Advice& a) {
+  a.reasons.push_back(
+      "exact recall must not evict: any dropped token may be the one asked about, so the cache keeps every token and "
+      "uses the least lossy codec that fits");
+  const std::vector<size_t> order = candidates(plan, /*allow_eviction=*/false);
+  a.chosen_row = plan.request.memory_bytes ? first_fitting(plan, order) : std::optional<size_t>(order.front());
+  if (a.chosen_row) {
+    const PlanRow& row = plan.rows[*a.chosen_row];
+    a.reasons.push_back(describe(plan, row));
+    if (row.fit) a.reasons.push_back(describe_fit(row));
+    if (row_quality(row).tier > QualityTier::kNearLossless) {
+      a.reasons.push_back(fmt::format("{} stores fewer than 8 bits per value: verify recall with `kvlm eval recall`",
+                                      row.option.label));
+    }
+  } else {
+    const PlanRow& smallest = plan.rows[smallest_row(plan, order)];
+    a.reasons.push_back(fmt::format("no full cache of {} tokens × {} sequences fits: {}", plan.request.ctx,
+                                    plan.request.batch, describe_fit(smallest)));
+    note_missing_quantized_codecs(plan, a);
+  }
+  a.reasons.push_back(architecture_note(plan));
+}
+
+void advise_concurrency(const Plan& plan, Advice& a) {
+  a.reasons.push_back(fmt::format(
+      "kvlm pages the cache in blocks of {} tokens: a sequence holds ceil(tokens / {}) blocks and wastes at most one "
+      "partly filled block per layer, so sequences share memory without reserving the model's full context",
+      plan.request.block_size, plan.request.block_size));
+  const std::vector<size_t> order = candidates(plan, /*allow_eviction=*/true);
+  // The quality bar is ≈ lossless (8 bits or more); within it the smallest option maximises
+  // concurrency. Below the bar only if the target is missed otherwise.
+  std::vector<size_t> within_bar, below_bar;
+  for (size_t i : order) {
+    (row_quality(plan.rows[i]).tier <= QualityTier::kNearLossless ? within_bar : below_bar).push_back(i);
+  }
+  std::optional<size_t> smallest_within;
+  for (size_t i : within_bar) {
+    if (!smallest_within || plan.rows[i].footprint.bytes_per_block < plan.rows[*smallest_within].footprint.bytes_per_block) {
+      smallest_within = i;
+    }
+  }
+  if (smallest_within && fits(plan, plan.rows[*smallest_within])) {
+    a.chosen_row = smallest_within;
+  } else {
+    a.chosen_row = first_fitting(plan, below_bar);
+    if (a.chosen_row) {
+      a.reasons.push_back(fmt::format("no option of 8 bits or more reaches {} sequences, so a lossier codec is needed",
+                                      plan.request.batch));
+    }
+  }
+  if (!a.chosen_row) {
+    const PlanRow& smallest = plan.rows[smallest_row(plan, order)];
+    a.reasons.push_back(fmt::format("the target of {} sequences of {} tokens does not fit: {}", plan.request.batch,
+                                    plan.request.ctx, describe_fit(smallest)));
+    note_missing_quantized_codecs(plan, a);
+    return;
+  }
+  const PlanRow& row = plan.rows[*a.chosen_row];
+  a.reasons.push_back(fmt::format("{} is the smallest option meeting the quality bar: {}", row.option.label,
+                                  describe(plan, row)));
+  if (row.fit) {
+    a.reasons.push_back(describe_fit(row));
+  } else {
+    a.reasons.push_back("give --memory to compute how many sequences fit");
+  }
+}
+
+}  // namespace
+
+std::optional<Scenario> parse_scenario(std::string_view name) {
+  for (const ScenarioName& s : kScenarios) {
+    if (s.name == name) return s.scenario;
+  }
+  return std::nullopt;
+}
+
+std::string_view scenario_name(Scenario scenario) {
+  for (const ScenarioName& s : kScenarios) {
+    if (s.scenario == scenario) return s.name;
+  }
+  return "unknown";
+}
+
+std::string scenario_list() {
+  std::string names;
+  for (const ScenarioName& s : kScenarios) names += fmt::format("{}{}", names.empty() ? "" : ", ", s.name);
+  return names;
+}
+
+namespace {
+
+// Relative RMS error of one codec and role over a fixed pseudo-random block: Gaussian-like
+// values with a few large channels, as keys have (KIVI's motivation for per-channel keys).
+double measured_error(KvType type, KvRole role) {
+  const KvLayout layout{1, 2, 128, 32};
+  const size_t n = layout.values_per_token() * static_cast<size_t>(layout.block_size);
+  std::vector<float> src(n);  // [block_size, num_kv_heads, head_dim]
+  uint64_t state = 0x9e3779b97f4a7c15ull;
+  for (size_t i = 0; i < n; ++i) {
+    float sum = 0;
+    for (int k = 0; k < 4; ++k) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      sum += static_cast<float>(state >> 40) / static_cast<float>(1 << 24);
+    }
+    const size_t channel = i % static_cast<size_t>(layout.head_dim);
+    src[i] = (sum - 2.0f) * (channel % 16 == 0 ? 8.0f : 1.0f);
+  }
+  const KvCodec& codec = kv_codec(type, role);
+  std::vector<std::byte> block(codec.block_bytes(layout));
+  codec.encode_block(layout, src.data(), block.data());
+  std::vector<float> out(layout.values_per_token());  // [num_kv_heads, head_dim]
+  double err = 0, ref = 0;
+  for (int slot = 0; slot < layout.block_size; ++slot) {
+    codec.decode_token(layout, block.data(), slot, out.data());
+    for (size_t j = 0; j < out.size(); ++j) {
+      const double x = src[static_cast<size_t>(slot) * out.size() + j];
+      err += (x - out[j]) * (x - out[j]);
+      ref += x * x;
+    }
+  }
+  return std::sqrt(err / ref);
+}
+
+CodecQuality measure_quality(KvType type) {
+  // A layout large enough that per-block scales are spread as they are in real models.
+  const KvLayout probe{1, 8, 128, 32};
+  const double values = static_cast<double>(probe.values_per_token() * static_cast<size_t>(probe.block_size));
+  CodecQuality q;
+  q.bits_per_value = static_cast<double>(kv_block_bytes(probe, type, type)) * 4.0 / values;  // mean of K and V
+  q.tier = q.bits_per_value >= 32   ? QualityTier::kExact
+           : q.bits_per_value >= 16 ? QualityTier::kLossless
+           : q.bits_per_value >= 8  ? QualityTier::kNearLossless
+           : q.bits_per_value >= 4  ? QualityTier::kFourBit
+                                    : QualityTier::kTwoBit;
+  q.relative_rms_error = std::max(measured_error(type, KvRole::kKey), measured_error(type, KvRole::kValue));
+  return q;
+}
+
+}  // namespace
+
+CodecQuality codec_quality(KvType type) {
+  // Measured once per type for the whole program (codecs are fixed singletons).
+  static const std::vector<CodecQuality> kQualities = [] {
+    std::vector<CodecQuality> q;
+    for (KvType t : all_kv_types()) {
+      const size_t i = static_cast<size_t>(t);
+      if (q.size() <= i) q.resize(i + 1);
+      q[i] = measure_quality(t);
+    }
+    return q;
+  }();
+  const size_t i = static_cast<size_t>(type);
+  return i < kQualities.size() ? kQualities[i] : measure_quality(type);
+}
+
+std::string_view quality_tier_name(QualityTier tier) {
+  switch (tier) {
+    case QualityTier::kExact:
+      return "exact";
+    case QualityTier::kLossless:
+      return "lossless";
+    case QualityTier::kNearLossless:
+      return "near-lossless";
+    case QualityTier::kFourBit:
+      return "4-bit";
+    case QualityTier::kTwoBit:
+      return "2-bit";
+  }
+  return "unknown";
+}
+
+Result<Advice> advise(const Plan& plan, Scenario scenario) {
+  if (candidates(plan, /*allow_eviction=*/true).empty()) return Status::error("the plan has no KV options");
+  if (scenario == Scenario::kLimitedMemory && !plan.request.memory_bytes) {
+    return Status::error("--advise limited-memory needs --memory (e.g. --memory 24GiB)");
+  }
+  Advice a;
+  a.scenario = scenario;
+  switch (scenario) {
+    case Scenario::kLimitedMemory:
+      advise_limited_memory(plan, a);
+      break;
+    case Scenario::kLongChat:
+      advise_long_chat(plan, a);
+      break;
+    case Scenario::kLongRecall:
+      advise_long_recall(plan, a);
+      break;
+    case Scenario::kConcurrency:
+      advise_concurrency(plan, a);
+      break;
+  }
+  if (a.chosen_row) {
+    const PlanRow& row = plan.rows[*a.chosen_row];
+    a.recommendation = fmt::format("{} ({}, {} cache, block size {})", flags_for(row), row.option.label,
+                                   row.option.evicts() ? row.option.policy : "full", plan.request.block_size);
+  } else {
+    a.recommendation = "nothing fits: lower --ctx or --batch, or add memory";
+  }
+  return a;
+}
+
+}  // namespace kvlm

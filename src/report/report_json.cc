@@ -1,0 +1,79 @@
+#include "report/report_data.h"
+
+namespace kvlm {
+namespace {
+
+using nlohmann::json;
+
+json option_fields(const ReportOption& o) { return {{"option", o.label}, {"kv_type_k", o.k_type}, {"kv_type_v", o.v_type}}; }
+
+}  // namespace
+
+json report_to_json(const ReportData& d) {
+  json j;
+  j["model"] = {{"name", d.model.name},           {"architecture", d.model.architecture},
+                {"num_layers", d.model.num_layers}, {"num_heads", d.model.num_heads},
+                {"num_kv_heads", d.model.num_kv_heads}, {"head_dim", d.model.head_dim},
+                {"context_length", d.model.context_length}, {"vocab_size", d.model.vocab_size}};
+  j["text"] = d.text_name;
+  j["text_tokens"] = d.text_tokens;
+  j["config_name"] = d.config_name;
+  j["config"] = d.config;
+  j["machine"] = d.machine;
+  j["date"] = d.date;
+  j["seconds"] = d.seconds;
+
+  j["memory"] = json::array();
+  for (const MemoryRow& r : d.memory) {
+    json row = option_fields(r.option);
+    row["bytes_per_token"] = r.planned_bytes_per_token;
+    row["live_bytes_per_token"] = r.live_bytes_per_token;
+    row["ratio_to_f16"] = r.ratio_to_f16;
+    j["memory"].push_back(row);
+  }
+  j["quality_ctx"] = d.quality_ctx;
+  j["quality"] = json::array();
+  for (const QualityRow& r : d.quality) {
+    json row = option_fields(r.option);
+    row.update({{"baseline", r.baseline},       {"ppl", r.ppl},         {"ppl_stderr", r.ppl_stderr},
+                {"delta_ppl_pct", r.delta_ppl_pct}, {"mean_kld", r.mean_kld}, {"kld_p99", r.kld_p99},
+                {"top1_agreement", r.top1_agreement}, {"rms_dp", r.rms_dp}, {"kv_bytes_peak", r.kv_bytes_peak},
+                {"tokens_scored", r.tokens_scored}});
+    j["quality"].push_back(row);
+  }
+  j["stream_trained_ctx"] = d.stream_trained_ctx;
+  j["stream_segment"] = d.stream_segment;
+  j["stream"] = json::array();
+  for (const StreamRun& run : d.stream) {
+    json row = option_fields(run.option);
+    row["overall_ppl"] = run.overall_ppl;
+    row["segments"] = json::array();
+    for (const StreamSegmentRow& s : run.segments) {
+      row["segments"].push_back({{"begin", s.begin}, {"end", s.end}, {"ppl", s.ppl}, {"kv_bytes", s.kv_bytes}});
+    }
+    j["stream"].push_back(row);
+  }
+  j["recall_span"] = d.recall_span;
+  j["recall_spans"] = d.recall_text_spans ? "text" : "random";
+  j["recall_trials"] = d.recall_trials;
+  j["recall"] = json::array();
+  for (const RecallRun& run : d.recall) {
+    json row = option_fields(run.option);
+    row.update({{"distances", run.distances}, {"accuracy", run.accuracy}, {"accuracy_stderr", run.accuracy_stderr},
+                {"control", run.control}, {"chance", run.chance}});
+    j["recall"].push_back(row);
+  }
+  j["speed_threads"] = d.speed_threads;
+  j["speed_reps"] = d.speed_reps;
+  j["speed_gen_tokens"] = d.speed_gen_tokens;
+  j["speed"] = json::array();
+  for (const SpeedRun& run : d.speed) {
+    json row = option_fields(run.option);
+    row.update({{"depths", run.depths}, {"tg_tokens_per_second", run.tg_tokens_per_second}, {"tg_stddev", run.tg_stddev},
+                {"tg_gb_per_second", run.tg_gb_per_second}, {"pp_tokens_per_second", run.pp_tokens_per_second}});
+    j["speed"].push_back(row);
+  }
+  return j;
+}
+
+}  // namespace kvlm

@@ -1,0 +1,93 @@
+// End-to-end tests of `kvlm bench`: the JSON rows on stories260K, the table, and one-line errors.
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "support/subprocess.h"
+#include "support/test_paths.h"
+
+namespace kvlm {
+namespace {
+
+using testing::kvlm_binary;
+using testing::run_command;
+
+int count_lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
+
+TEST(CliBench, JsonRowsOnStories) {
+  KVLM_REQUIRE_SHARED(model, "stories260K.gguf");
+  const auto r = run_command(kvlm_binary() + " bench -m " + model.string() +
+                             " -p 32 -n 8 -d 0,64 -r 2 -t 1 --kv-type-v f16 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["threads"].get<int>(), 1);
+  EXPECT_EQ(j["blocks_in_use_at_end"].get<int>(), 0);
+  // stories260K: 5 layers x 4 KV heads x 8 dims, K f32 + V f16 = 5 * 32 * (4 + 2) bytes per token.
+  EXPECT_EQ(j["kv_bytes_per_cached_token"].get<int>(), 5 * 32 * 6);
+  const uint64_t weights = j["weight_bytes_per_token"].get<uint64_t>();
+  EXPECT_GT(weights, 0u);
+  EXPECT_LT(weights, j["model_bytes"].get<uint64_t>() + 1);
+  const auto& rows = j["rows"];
+  ASSERT_EQ(rows.size(), 4u);
+  const char* names[] = {"pp32", "tg8", "pp32 @ d64", "tg8 @ d64"};
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& row = rows[i];
+    SCOPED_TRACE(names[i]);
+    EXPECT_EQ(row["test"].get<std::string>(), names[i]);
+    EXPECT_EQ(row["depth"].get<int>(), i < 2 ? 0 : 64);
+    EXPECT_EQ(row["type_k"].get<std::string>(), "f32");
+    EXPECT_EQ(row["type_v"].get<std::string>(), "f16");
+    ASSERT_EQ(row["samples_tps"].size(), 2u);
+    for (const auto& s : row["samples_tps"]) EXPECT_GT(s.get<double>(), 0.0);
+    const double mean = row["mean_tps"].get<double>();
+    EXPECT_TRUE(std::isfinite(mean) && mean > 0);
+    EXPECT_GE(row["stddev_tps"].get<double>(), 0.0);
+    if (i % 2 == 1) {
+      EXPECT_EQ(row["kind"].get<std::string>(), "tg");
+      EXPECT_EQ(row["gen_tokens"].get<int>(), 8);
+      const double kv_read = (i < 2 ? 0 : 64) + 4.5;  // depth + (n + 1) / 2
+      EXPECT_DOUBLE_EQ(row["kv_tokens_read"].get<double>(), kv_read);
+      EXPECT_DOUBLE_EQ(row["bytes_per_token"].get<double>(), static_cast<double>(weights) + kv_read * 5 * 32 * 6);
+      EXPECT_NEAR(row["gb_per_s"].get<double>(), row["bytes_per_token"].get<double>() * mean / 1e9,
+                  1e-9 * row["gb_per_s"].get<double>());
+    } else {
+      EXPECT_EQ(row["kind"].get<std::string>(), "pp");
+      EXPECT_EQ(row["prompt_tokens"].get<int>(), 32);
+    }
+  }
+}
+
+TEST(CliBench, TableAndMachineLine) {
+  KVLM_REQUIRE_SHARED(model, "stories260K.gguf");
+  const auto r = run_command(kvlm_binary() + " bench -m " + model.string() + " -p 16 -n 0 -d 0,32 -r 1 -t 1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("| model"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| pp16 @ d32 |"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("tg"), std::string::npos) << r.out;  // -n 0 skips generation
+  EXPECT_NE(r.out.find("threads: 1"), std::string::npos) << r.out;
+}
+
+TEST(CliBench, BadFlagsGiveOneLineErrors) {
+  KVLM_REQUIRE_SHARED(model, "stories260K.gguf");
+  const std::string base = kvlm_binary() + " bench -m " + model.string();
+  struct Case {
+    std::string flags;
+    std::string expected;
+  };
+  for (const Case& c : {Case{"-d 0,-5", "-d -5 must be >= 0"}, Case{"-r 0", "--reps 0"},
+                        Case{"-p 512 -n 128 -d 4096", "exceeds the model's context of 2048"},
+                        Case{"--kv-type q9", "--kv-type 'q9'"}}) {
+    SCOPED_TRACE(c.flags);
+    const auto r = run_command(base + " " + c.flags);
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_EQ(count_lines(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find(c.expected), std::string::npos) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+}
+
+}  // namespace
+}  // namespace kvlm

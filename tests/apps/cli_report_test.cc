@@ -1,0 +1,114 @@
+// `kvlm report` end to end on stories260K in the quick configuration (what CI runs), and the
+// planner's prediction beside the live pool in `kvlm run`.
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "kv/kv_type.h"
+#include "support/subprocess.h"
+#include "support/test_paths.h"
+
+namespace kvlm {
+namespace {
+
+using testing::kvlm_binary;
+using testing::run_command;
+
+std::string slurp(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(CliReport, QuickReportOnStories260KWritesEverySection) {
+  KVLM_REQUIRE_SHARED(model, "stories260K.gguf");
+  KVLM_REQUIRE_SHARED(text, "tinystories_valid_head.txt");
+  const auto out = testing::scratch_dir("cli_report_quick") / "report";
+  const auto r = run_command(kvlm_binary() + " report --model " + model.string() + " --text " + text.string() +
+                             " --config quick --trained-ctx 512 --threads 2 --out " + out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* png : {"memory_per_token.png", "quality.png", "stream_ppl.png", "recall.png", "decode_speed.png"}) {
+    EXPECT_TRUE(std::filesystem::exists(out / png)) << png;
+  }
+  const std::string md = slurp(out / "report.md");
+  for (const char* section : {"## Memory per token", "## Quality", "## Stream perplexity over length",
+                              "## Recall against distance", "## Decode speed against depth", "](quality.png)"}) {
+    EXPECT_NE(md.find(section), std::string::npos) << section;
+  }
+  const auto j = nlohmann::json::parse(slurp(out / "report.json"));
+  const size_t num_options = j["config"]["options"].size();
+  EXPECT_GE(num_options, all_kv_types().size());
+  ASSERT_EQ(j["memory"].size(), num_options);
+  for (const auto& row : j["memory"]) {
+    EXPECT_EQ(row["bytes_per_token"], row["live_bytes_per_token"]) << row["option"];
+  }
+  // One quality row per option (f32 is the baseline row itself).
+  ASSERT_EQ(j["quality"].size(), num_options);
+  EXPECT_TRUE(j["quality"][0]["baseline"].get<bool>());
+  const double base_ppl = j["quality"][0]["ppl"].get<double>();
+  EXPECT_GT(base_ppl, 2.0);
+  EXPECT_LT(base_ppl, 6.0);
+  for (const auto& row : j["quality"]) {
+    if (row["option"] == "f16") {
+      EXPECT_LT(row["mean_kld"].get<double>(), 1e-4);
+      EXPECT_GT(row["top1_agreement"].get<double>(), 0.99);
+    }
+  }
+  ASSERT_EQ(j["stream"].size(), 2u);
+  EXPECT_EQ(j["stream"][0]["segments"].size(), 6u);  // 1535 predictions in segments of 256
+  ASSERT_EQ(j["recall"].size(), num_options);
+  EXPECT_EQ(j["recall"][0]["distances"].size(), 3u);
+  ASSERT_EQ(j["speed"].size(), num_options);
+  for (const auto& run : j["speed"]) {
+    for (const auto& tps : run["tg_tokens_per_second"]) EXPECT_GT(tps.get<double>(), 0.0);
+  }
+}
+
+TEST(CliReport, BadConfigurationAndFolderAreOneLineErrors) {
+  KVLM_REQUIRE_SHARED(model, "stories260K.gguf");
+  KVLM_REQUIRE_SHARED(text, "tinystories_valid_head.txt");
+  const auto dir = testing::scratch_dir("cli_report_errors");
+  const std::string base = kvlm_binary() + " report --model " + model.string() + " --text " + text.string();
+  const auto bad = run_command(base + " --config huge --out " + (dir / "a").string());
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("'huge' is not one of: full, quick"), std::string::npos) << bad.err;
+  std::ofstream(dir / "file") << "x";
+  const auto file = run_command(base + " --config quick --no-plots --out " + (dir / "file").string());
+  EXPECT_EQ(file.exit_code, 1);
+  EXPECT_NE(file.err.find("cannot create the output folder"), std::string::npos) << file.err;
+}
+
+// The planner's prediction and the live pool agree within one partially filled block per
+// sequence and layer, for every codec and several block sizes and lengths.
+TEST(CliRun, PlannerPredictionMatchesTheLivePool) {
+  KVLM_REQUIRE_SHARED(model, "stories260K.gguf");
+  for (KvType type : all_kv_types()) {
+    for (int block_size : {1, 7, 16}) {
+      for (int max_tokens : {1, 20}) {
+        const auto r = run_command(kvlm_binary() + " run --model " + model.string() +
+                                   " --prompt 'Once upon a time' --temp 0 --json --threads 1 --max-tokens " +
+                                   std::to_string(max_tokens) + " --block-size " + std::to_string(block_size) +
+                                   " --kv-type " + std::string(kv_type_name(type)));
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+        const auto stats = nlohmann::json::parse(r.out)["stats"];
+        const auto planner = stats["kv_planner"];
+        SCOPED_TRACE(std::string(kv_type_name(type)) + " block " + std::to_string(block_size));
+        const double formula = planner["formula_bytes"].get<double>();
+        const auto live = stats["kv_bytes_allocated"].get<uint64_t>();
+        EXPECT_EQ(planner["live_bytes"].get<uint64_t>(), live);
+        EXPECT_EQ(planner["block_bytes"].get<uint64_t>(), live);  // whole blocks, exactly
+        EXPECT_GE(static_cast<double>(live), formula);
+        EXPECT_LE(static_cast<double>(live), formula + planner["slack_bytes"].get<double>());
+        EXPECT_TRUE(planner["agrees"].get<bool>());
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvlm
