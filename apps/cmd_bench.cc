@@ -28,6 +28,7 @@ struct BenchFlags {
   int prefill_chunk = 512;
   uint64_t seed = 42;
   bool no_warmup = false;
+  std::string fill = "model";
   bool json = false;
 };
 
@@ -61,9 +62,17 @@ void run_bench(const BenchFlags& f) {
   options.reps = f.reps;
   options.k_type = f.kv.k_type();
   options.v_type = f.kv.v_type();
+  options.storage = f.kv.storage_options();
   options.block_size = f.block_size;
   options.prefill_chunk = f.prefill_chunk;
   options.warmup = !f.no_warmup;
+  if (f.fill == "model") {
+    options.fill = SpeedBenchOptions::DepthFill::kModel;
+  } else if (f.fill == "random-kv") {
+    options.fill = SpeedBenchOptions::DepthFill::kRandomKv;
+  } else {
+    throw CliError(fmt::format("--fill '{}' is not one of: model, random-kv", f.fill));
+  }
   options.seed = f.seed;
 
   auto model = value_or_throw(LlamaModel::load(f.model));
@@ -86,6 +95,7 @@ void run_bench(const BenchFlags& f) {
         {"block_size", r.block_size},
         {"prefill_chunk", options.prefill_chunk},
         {"warmup", options.warmup},
+        {"fill", f.fill},
         {"seed", r.seed},
         {"weight_bytes_per_token", r.weight_bytes_per_token},
         {"kv_bytes_per_cached_token", r.kv_bytes_per_cached_token},
@@ -125,6 +135,10 @@ CLI::App* add_bench_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--seed", flags->seed, "seed of the random token ids")->capture_default_str();
   cmd->add_flag("--no-warmup", flags->no_warmup, "skip the untimed warm-up run of each test");
+  cmd->add_option("--fill", flags->fill,
+                  "how the depth is filled: model (run the model, like llama-bench) or random-kv (write random "
+                  "K/V directly: same attention cost, no model time)")
+      ->capture_default_str();
   cmd->add_flag("--json", flags->json, "print one JSON object with every row and number");
   cmd->callback([flags] { run_bench(*flags); });
   return cmd;

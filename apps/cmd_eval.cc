@@ -49,6 +49,7 @@ void run_ppl(const PplFlags& f) {
   options.ctx = f.ctx;
   options.k_type = k_type;
   options.v_type = v_type;
+  options.storage = f.kv.storage_options();
   options.block_size = f.block_size;
   options.max_windows = f.max_chunks;
   options.prefill_chunk = f.prefill_chunk;
@@ -94,7 +95,8 @@ void run_ppl(const PplFlags& f) {
   const PerplexityStats& s = r.stats;
   // Windows run one at a time from an empty cache: the peak is one sequence of ctx tokens.
   const PlannerCheck planner =
-      check_against_planner(model->config(), k_type, v_type, f.block_size, {f.ctx}, r.kv_bytes_peak);
+      check_against_planner(model->config(), k_type, v_type, f.block_size, {f.ctx}, r.kv_bytes_peak,
+                            options.storage.kivi_residual_tokens, r.kv_staging_bytes_peak);
 
   nlohmann::json j = {
       {"model", f.model},

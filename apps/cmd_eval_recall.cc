@@ -67,6 +67,7 @@ void run_recall(const RecallFlags& f) {
   options.past_context = f.allow_past_context ? PastContext::kAllow : PastContext::kRefuse;
   options.cache.k_type = f.kv.k_type();
   options.cache.v_type = f.kv.v_type();
+  options.cache.storage = f.kv.storage_options();
   options.cache.block_size = f.block_size;
   ThreadPool pool(resolve_threads(f.threads));
   const RecallResult r = value_or_throw(run_recall_probe(*model, pool, options));

@@ -51,6 +51,7 @@ void run_stream(const StreamFlags& f) {
   options.trained_ctx = f.trained_ctx;
   options.cache.k_type = f.kv.k_type();
   options.cache.v_type = f.kv.v_type();
+  options.cache.storage = f.kv.storage_options();
   options.cache.block_size = f.block_size;
   ThreadPool pool(resolve_threads(f.threads));
   const StreamResult r = value_or_throw(evaluate_stream(*model, pool, tokens, options));

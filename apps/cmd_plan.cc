@@ -9,6 +9,7 @@
 
 #include "cli_error.h"
 #include "commands.h"
+#include "kv_flags.h"
 #include "core/dtype.h"
 #include "plan/kv_advisor.h"
 #include "plan/kv_planner.h"
@@ -32,7 +33,7 @@ struct PlanFlags {
   int64_t ctx = 0;       // 0: the model's context
   int64_t batch = 1;
   int block_size = 16;
-  int kivi_residual = 0;
+  int kivi_residual = KvTypeFlags::kDefaultKiviResidual;  // the same default as run/eval/bench
   std::string memory;
   std::string weight_type;  // empty: the GGUF's own bytes, else f16 for presets
   std::string advise;

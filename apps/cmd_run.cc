@@ -53,6 +53,7 @@ void run(const RunFlags& f) {
                                            std::chrono::steady_clock::now().time_since_epoch().count());
   options.k_type = f.kv.k_type();
   options.v_type = f.kv.v_type();
+  options.storage = f.kv.storage_options();
   options.block_size = f.block_size;
   options.verify = f.verify;
 
@@ -64,7 +65,8 @@ void run(const RunFlags& f) {
   };
   auto result = value_or_throw(generator.generate(prompt, options, f.json ? Generator::TextCallback{} : print));
 
-  const RunDescription desc{f.model, options.k_type, options.v_type, options.sampler.seed};
+  const RunDescription desc{f.model, options.k_type, options.v_type, options.sampler.seed,
+                            options.storage.kivi_residual_tokens};
   if (f.json) {
     std::printf("%s\n", stats_to_json(result, *model, desc).dump(2).c_str());
     return;

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "cli_error.h"
+#include "kv/kv_storage.h"
 #include "kv/kv_type.h"
 
 namespace kvlm::cli {
@@ -16,15 +17,29 @@ struct KvTypeFlags {
   std::string both = "f32";
   std::string k;  // empty: same as `both`
   std::string v;
+  // KIVI keeps the newest tokens in full precision (KIVI's paper uses 128); rounded up to whole blocks.
+  int kivi_residual = kDefaultKiviResidual;
+  static constexpr int kDefaultKiviResidual = 128;
 
   void add_to(CLI::App* cmd) {
     cmd->add_option("--kv-type", both, "KV cache codec for K and V: " + kv_type_list())->capture_default_str();
     cmd->add_option("--kv-type-k", k, "KV cache codec for K (overrides --kv-type)");
     cmd->add_option("--kv-type-v", v, "KV cache codec for V (overrides --kv-type)");
+    cmd->add_option("--kivi-residual", kivi_residual,
+                    "kivi4/kivi2: newest tokens kept in full precision, rounded up to whole blocks")
+        ->capture_default_str();
   }
 
   KvType k_type() const { return parse(k.empty() ? both : k, k.empty() ? "--kv-type" : "--kv-type-k"); }
   KvType v_type() const { return parse(v.empty() ? both : v, v.empty() ? "--kv-type" : "--kv-type-v"); }
+  KvStorageOptions storage_options() const {
+    constexpr int kMaxResidual = 1 << 20;
+    if (kivi_residual < 0 || kivi_residual > kMaxResidual) {
+      throw CliError(fmt::format("--kivi-residual {} must be in [0, {}]", kivi_residual, kMaxResidual));
+    }
+    return KvStorageOptions{.kivi_residual_tokens = kivi_residual};
+  }
+
   // "f16" when K and V agree, else "int8/int4" (K/V), for tables and reports.
   std::string label() const {
     const std::string_view kn = kv_type_name(k_type()), vn = kv_type_name(v_type());

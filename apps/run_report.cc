@@ -11,7 +11,7 @@ namespace {
 // The planner predicts the peak: the sequence only grows, so it peaked at the tokens it ended with.
 PlannerCheck planner_check(const GenerationStats& s, const LlamaModel& model, const RunDescription& run) {
   return check_against_planner(model.config(), run.k_type, run.v_type, s.block_size, {s.kv_tokens_cached},
-                               s.kv_bytes_allocated);
+                               s.kv_bytes_allocated, run.kivi_residual, s.kv_staging_bytes_peak);
 }
 
 }  // namespace

@@ -19,6 +19,7 @@ struct RunDescription {
   KvType k_type = KvType::kF32;
   KvType v_type = KvType::kF32;
   uint64_t seed = 0;
+  int kivi_residual = 0;
 };
 
 std::string format_stats(const GenerationResult& result, const LlamaModel& model, const RunDescription& run);

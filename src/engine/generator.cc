@@ -74,7 +74,7 @@ Result<GenerationResult> Generator::generate(const std::vector<TokenId>& prompt,
   const int num_blocks = (capacity + options.block_size - 1) / options.block_size;
   const KvLayout layout{config.num_layers, config.num_kv_heads, config.head_dim, options.block_size};
   KVLM_ASSIGN_OR_RETURN(std::unique_ptr<KvStorage> storage,
-                        KvStorage::create(layout, options.k_type, options.v_type, num_blocks));
+                        KvStorage::create(layout, options.k_type, options.v_type, num_blocks, options.storage));
   KvCacheManager cache(num_blocks, options.block_size);
   const SeqId seq = cache.create_sequence();
 
@@ -105,6 +105,7 @@ Result<GenerationResult> Generator::generate(const std::vector<TokenId>& prompt,
     model_.forward(SequenceStep{new_tokens, num_cached, table, rows}, *storage, pool_, logits);
     cache.append(seq, static_cast<int>(new_tokens.size()));
     stats.kv_blocks_peak = std::max(stats.kv_blocks_peak, cache.num_used_blocks());
+    stats.kv_staging_bytes_peak = std::max<uint64_t>(stats.kv_staging_bytes_peak, storage->staging_bytes());
     if (options.verify) step_logits.insert(step_logits.end(), logits.begin(), logits.end());
     return Status::ok_status();
   };
@@ -116,6 +117,7 @@ Result<GenerationResult> Generator::generate(const std::vector<TokenId>& prompt,
     Status s = run_step(std::span<const TokenId>(prompt).subspan(static_cast<size_t>(done), static_cast<size_t>(n)),
                         done, prefill_rows);
     if (!s.ok()) {
+      storage->release_blocks(cache.table(seq).block_ids());
       cache.free_sequence(seq);
       return s;
     }
@@ -141,6 +143,7 @@ Result<GenerationResult> Generator::generate(const std::vector<TokenId>& prompt,
     stats.kv_projections_recompute += tokens.size();
     Status s = run_step(std::span<const TokenId>(&tokens.back(), 1), num_cached, LogitsRows::kLast);
     if (!s.ok()) {
+      storage->release_blocks(cache.table(seq).block_ids());
       cache.free_sequence(seq);
       return s;
     }
@@ -150,6 +153,7 @@ Result<GenerationResult> Generator::generate(const std::vector<TokenId>& prompt,
   stats.kv_bytes_allocated = static_cast<uint64_t>(stats.kv_blocks_peak) * storage->bytes_per_block();
 
   stats.kv_tokens_cached = cache.table(seq).num_tokens();
+  storage->release_blocks(cache.table(seq).block_ids());
   cache.free_sequence(seq);
   stats.blocks_leaked = num_blocks - cache.num_free_blocks();
   result.text = decoder.text();

@@ -11,6 +11,7 @@
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "engine/sampler.h"
+#include "kv/kv_storage.h"
 #include "kv/kv_type.h"
 
 namespace kvlm {
@@ -24,6 +25,7 @@ struct GenerationOptions {
   SamplerParams sampler;
   KvType k_type = KvType::kF32;
   KvType v_type = KvType::kF32;
+  KvStorageOptions storage;      // the KIVI residual window
   int block_size = 16;
   int prefill_chunk = 256;       // prompt tokens per forward step (bounds scratch memory)
   bool stop_at_eos = true;       // EOS, or BOS appearing mid-stream (llama2.c's delimiter), ends generation
@@ -41,6 +43,7 @@ struct GenerationStats {
   uint64_t kv_projections_recompute = 0;
   uint64_t kv_bytes_per_token = 0;    // by formula: 2 x layers x kv_heads x head_dim x bytes
   uint64_t kv_bytes_allocated = 0;    // peak bytes of the blocks this sequence held
+  uint64_t kv_staging_bytes_peak = 0; // KIVI: peak f32 staging (tail + residual blocks) beside the blocks
   uint64_t kv_pool_bytes = 0;         // the whole arena reserved for the run
   int kv_blocks_peak = 0;
   int kv_tokens_cached = 0;           // tokens whose K/V the cache held at the end

@@ -29,7 +29,10 @@ class FullEvalCache final : public EvalSequenceCache {
   }
 
   void reset() override {
-    if (seq_) manager_.free_sequence(*seq_);
+    if (seq_) {
+      storage_->release_blocks(manager_.table(*seq_).block_ids());
+      manager_.free_sequence(*seq_);
+    }
     seq_.reset();
     num_fed_ = 0;
   }
@@ -63,7 +66,7 @@ Result<std::unique_ptr<EvalSequenceCache>> make_full_eval_cache(LlamaModel& mode
   const ModelConfig& c = model.config();
   const KvLayout layout{c.num_layers, c.num_kv_heads, c.head_dim, o.block_size};
   KVLM_ASSIGN_OR_RETURN(std::unique_ptr<KvStorage> storage,
-                        KvStorage::create(layout, o.k_type, o.v_type, static_cast<int>(num_blocks)));
+                        KvStorage::create(layout, o.k_type, o.v_type, static_cast<int>(num_blocks), o.storage));
   return std::unique_ptr<EvalSequenceCache>(
       new FullEvalCache(model, pool, std::move(storage), static_cast<int>(num_blocks), o.block_size));
 }

@@ -10,6 +10,7 @@
 #include "core/ids.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "kv/kv_storage.h"
 #include "kv/kv_type.h"
 #include "model/llama_model.h"
 
@@ -19,6 +20,7 @@ namespace kvlm {
 struct EvalCacheOptions {
   KvType k_type = KvType::kF32;
   KvType v_type = KvType::kF32;
+  KvStorageOptions storage;  // the KIVI residual window
   int block_size = 16;
 };
 

@@ -89,7 +89,7 @@ Result<PerplexityResult> evaluate_perplexity(LlamaModel& model, ThreadPool& pool
   const int num_blocks = (ctx + options.block_size - 1) / options.block_size;
   const KvLayout layout{config.num_layers, config.num_kv_heads, config.head_dim, options.block_size};
   KVLM_ASSIGN_OR_RETURN(std::unique_ptr<KvStorage> storage,
-                        KvStorage::create(layout, options.k_type, options.v_type, num_blocks));
+                        KvStorage::create(layout, options.k_type, options.v_type, num_blocks, options.storage));
   KvCacheManager cache(num_blocks, options.block_size);
   result.kv_bytes_per_token = storage->bytes_per_token();
   result.kv_bytes_formula = result.kv_bytes_per_token * static_cast<uint64_t>(ctx);
@@ -123,6 +123,7 @@ Result<PerplexityResult> evaluate_perplexity(LlamaModel& model, ThreadPool& pool
                     *storage, pool, logits);
       cache.append(seq, n);
       result.kv_blocks_peak = std::max(result.kv_blocks_peak, cache.num_used_blocks());
+      result.kv_staging_bytes_peak = std::max<uint64_t>(result.kv_staging_bytes_peak, storage->staging_bytes());
       if (rows == LogitsRows::kAll) {
         // Row r is position done + r; it predicts window[done + r + 1].
         for (int j = std::max(done, first); j < std::min(done + n, ctx - 1); ++j) {
@@ -138,6 +139,7 @@ Result<PerplexityResult> evaluate_perplexity(LlamaModel& model, ThreadPool& pool
       }
       done += n;
     }
+    storage->release_blocks(cache.table(seq).block_ids());
     cache.free_sequence(seq);
     if (!status.ok()) return status;
   }

@@ -10,6 +10,7 @@
 #include "core/ids.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "kv/kv_storage.h"
 #include "kv/kv_type.h"
 
 namespace kvlm {
@@ -55,6 +56,7 @@ struct PerplexityOptions {
   int ctx = 512;
   KvType k_type = KvType::kF32;
   KvType v_type = KvType::kF32;
+  KvStorageOptions storage;  // the KIVI residual window
   int block_size = 16;
   int max_windows = 0;     // 0 = every complete window
   int prefill_chunk = 512; // tokens per forward; results do not depend on it beyond float noise
@@ -67,6 +69,7 @@ struct PerplexityResult {
   uint64_t kv_bytes_per_token = 0;   // the formula's bytes per token (all layers, K + V)
   uint64_t kv_bytes_formula = 0;     // kv_bytes_per_token * ctx
   uint64_t kv_bytes_peak = 0;        // peak blocks in use x bytes per block, from the live pool
+  uint64_t kv_staging_bytes_peak = 0;  // KIVI: peak f32 staging (tail + residual blocks) beside the blocks
   int kv_blocks_peak = 0;
   double seconds = 0;
 };

@@ -132,6 +132,23 @@ class BenchSequence {
   std::vector<float> logits_;  // [1, vocab], discarded
 };
 
+// Writes `depth` tokens of random K/V (uniform in [-2, 2)) into every layer, then seals the full
+// blocks as a forward would (KIVI encodes them).
+void fill_random_kv(KvStorage& storage, std::span<const int32_t> table, int depth, uint64_t seed) {
+  const KvLayout& layout = storage.layout();
+  Rng rng(seed ^ 0x6b766c6d66696c6cULL);
+  std::vector<float> k(layout.values_per_token()), v(layout.values_per_token());  // [num_kv_heads, head_dim]
+  for (int layer = 0; layer < layout.num_layers; ++layer) {
+    for (int pos = 0; pos < depth; ++pos) {
+      for (float& x : k) x = static_cast<float>(4 * rng.next_double() - 2);
+      for (float& x : v) x = static_cast<float>(4 * rng.next_double() - 2);
+      storage.write_token(layer, BlockId(table[static_cast<size_t>(pos / layout.block_size)]), pos % layout.block_size,
+                          k.data(), v.data());
+    }
+    storage.seal_full_blocks(layer, table.data(), depth);
+  }
+}
+
 template <typename Fn>
 double seconds_of(Fn&& fn) {
   const auto start = Clock::now();
@@ -222,7 +239,7 @@ Result<SpeedBenchResult> run_speed_bench(LlamaModel& model, ThreadPool& pool, co
   const int num_blocks = (max_depth + span + block_size - 1) / block_size;
   const KvLayout layout{config.num_layers, config.num_kv_heads, config.head_dim, block_size};
   KVLM_ASSIGN_OR_RETURN(std::unique_ptr<KvStorage> storage,
-                        KvStorage::create(layout, options.k_type, options.v_type, num_blocks));
+                        KvStorage::create(layout, options.k_type, options.v_type, num_blocks, options.storage));
   KvCacheManager cache(num_blocks, block_size);
 
   SpeedBenchResult result;
@@ -253,7 +270,11 @@ Result<SpeedBenchResult> run_speed_bench(LlamaModel& model, ThreadPool& pool, co
                depth, span);
     const std::vector<int32_t> table = cache.table(seq).block_ids();  // [blocks for depth + span]
     BenchSequence runner(model, *storage, pool, table, options.prefill_chunk);
-    runner.prefill(std::span<const TokenId>(tokens.fill).first(static_cast<size_t>(depth)), 0);
+    if (options.fill == SpeedBenchOptions::DepthFill::kModel) {
+      runner.prefill(std::span<const TokenId>(tokens.fill).first(static_cast<size_t>(depth)), 0);
+    } else {
+      fill_random_kv(*storage, table, depth, options.seed);
+    }
     cache.append(seq, depth);
 
     if (options.prompt_tokens > 0) {
@@ -287,6 +308,7 @@ Result<SpeedBenchResult> run_speed_bench(LlamaModel& model, ThreadPool& pool, co
     }
     KVLM_CHECK(cache.table(seq).num_tokens() == depth, "sequence holds {} tokens after the tests, filled {}",
                cache.table(seq).num_tokens(), depth);
+    storage->release_blocks(cache.table(seq).block_ids());
     cache.free_sequence(seq);
   }
   result.blocks_in_use_at_end = cache.num_used_blocks();

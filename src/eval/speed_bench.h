@@ -7,6 +7,7 @@
 
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "kv/kv_storage.h"
 #include "kv/kv_type.h"
 
 namespace kvlm {
@@ -29,9 +30,16 @@ struct SpeedBenchOptions {
   int reps = 3;
   KvType k_type = KvType::kF32;
   KvType v_type = KvType::kF32;
+  KvStorageOptions storage;     // the KIVI residual window
   int block_size = 16;
   int prefill_chunk = 512;      // tokens per forward for the depth fill and for pp (llama-bench's ubatch)
   bool warmup = true;           // one untimed run of each test before its repetitions, as llama-bench does
+  // How the depth is filled: by running the model over random tokens (as llama-bench does), or by
+  // writing random K/V values straight into the cache, which takes no model time. Attention cost
+  // does not depend on the values, so kRandomKv measures the same speed and makes deep depths
+  // (8192 on a 1B model) affordable on a small machine.
+  enum class DepthFill { kModel, kRandomKv };
+  DepthFill fill = DepthFill::kModel;
   uint64_t seed = 42;           // random token ids: Rng(seed), id = next_u64() % vocab
 
   static constexpr int kMaxReps = 1000;

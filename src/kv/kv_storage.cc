@@ -178,6 +178,21 @@ void KvStorage::seal(Staging& staging, const KvCodec& codec, int layer, BlockId 
   rows = nullptr;
 }
 
+void KvStorage::release_blocks(std::span<const int32_t> block_ids) {
+  for (Staging* staging : {&k_staging_, &v_staging_}) {
+    if (!staging->enabled) continue;
+    for (int layer = 0; layer < layout_.num_layers; ++layer) {
+      for (int32_t id : block_ids) {
+        check_address(layer, BlockId(id));
+        float*& rows = staging->block_rows[static_cast<size_t>(layer)][static_cast<size_t>(id)];
+        if (rows == nullptr) continue;
+        free_staging_.push_back(rows);
+        rows = nullptr;
+      }
+    }
+  }
+}
+
 void KvStorage::seal_block(int layer, BlockId block) {
   check_address(layer, block);
   seal(k_staging_, *k_codec_, layer, block, mutable_k_block(layer, block));

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "core/ids.h"
@@ -37,8 +38,8 @@ namespace kvlm {
 // Memory: the arenas (bytes_per_token(), the compact cost) plus the staging
 // buffers held: staging_bytes() now, and at most residual_bytes_per_sequence()
 // per sequence (one staging buffer per layer and KIVI role for each residual
-// block and the tail). Staging buffers of blocks whose sequence was freed while
-// still staged are kept until the block id is written and sealed again.
+// block and the tail). Whoever frees a sequence calls release_blocks() with its
+// block table first, so its staged blocks give their buffers back.
 // Writes (write_token, seal_*) come from one thread at a time, as the model's
 // forward pass makes them; attention only reads.
 struct KvStorageOptions {
@@ -86,6 +87,9 @@ class KvStorage {
   int kivi_residual_tokens() const { return options_.kivi_residual_tokens; }
   // Whole blocks of a sequence kept staged besides its partial tail block.
   int residual_blocks() const;
+  // The sequence owning these blocks is being freed: their staging buffers go back to the free
+  // list unencoded (the contents are dead). No-op for non-KIVI types.
+  void release_blocks(std::span<const int32_t> block_ids);
   // Bytes of staging buffers allocated now.
   size_t staging_bytes() const;
   // The most staging bytes one sequence holds: (residual_blocks() + 1) blocks ×

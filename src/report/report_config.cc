@@ -3,12 +3,16 @@
 #include <optional>
 #include <string_view>
 
+#include <fmt/format.h>
+
 #include "kv/kv_type.h"
 
 namespace kvlm {
 namespace {
 
-std::optional<ReportOption> make_option(std::string_view k_name, std::string_view v_name) {
+constexpr int kKiviPaperResidual = 128;
+
+std::optional<ReportOption> make_option(std::string_view k_name, std::string_view v_name, int kivi_residual = 0) {
   const auto k = parse_kv_type(k_name);
   const auto v = parse_kv_type(v_name);
   if (!k || !v) return std::nullopt;
@@ -16,6 +20,10 @@ std::optional<ReportOption> make_option(std::string_view k_name, std::string_vie
   o.k_type = std::string(kv_type_name(*k));
   o.v_type = std::string(kv_type_name(*v));
   o.label = o.k_type == o.v_type ? o.k_type : o.k_type + "/" + o.v_type;
+  if (is_kivi(*k) || is_kivi(*v)) {
+    o.kivi_residual = kivi_residual;
+    o.label += fmt::format(" r{}", kivi_residual);
+  }
   return o;
 }
 
@@ -25,7 +33,13 @@ std::vector<ReportOption> default_report_options() {
   std::vector<ReportOption> options;
   for (KvType type : all_kv_types()) {
     const std::string_view name = kv_type_name(type);
-    options.push_back(*make_option(name, name));
+    if (is_kivi(type)) {
+      // KIVI with its paper's residual window of 128 tokens, and with none: what the window buys.
+      options.push_back(*make_option(name, name, kKiviPaperResidual));
+      options.push_back(*make_option(name, name, 0));
+    } else {
+      options.push_back(*make_option(name, name));
+    }
   }
   if (auto mixed = make_option("int8", "int4")) options.push_back(*mixed);
   return options;

@@ -15,6 +15,7 @@ struct ReportOption {
   std::string label;   // "f16", "int8/int4" (K/V)
   std::string k_type;  // codec names as `--kv-type-k` takes them
   std::string v_type;
+  int kivi_residual = 0;  // KIVI codecs: newest tokens kept in full precision
 };
 
 struct MemoryRow {
@@ -22,6 +23,7 @@ struct MemoryRow {
   uint64_t planned_bytes_per_token = 0;  // the planner's formula
   uint64_t live_bytes_per_token = 0;     // KvStorage of the same layout
   double ratio_to_f16 = 0;               // planned bytes / the f16 cache's bytes
+  uint64_t staging_bytes_per_sequence = 0;  // KIVI: f32 tail + residual blocks, beside the blocks
 };
 
 struct QualityRow {
@@ -34,7 +36,7 @@ struct QualityRow {
   double kld_p99 = 0;
   double top1_agreement = 0;
   double rms_dp = 0;
-  uint64_t kv_bytes_peak = 0;  // the live pool's peak during the run
+  uint64_t kv_bytes_peak = 0;  // the live pool's peak during the run: blocks + KIVI staging
   int64_t tokens_scored = 0;
 };
 

@@ -5,7 +5,9 @@ namespace {
 
 using nlohmann::json;
 
-json option_fields(const ReportOption& o) { return {{"option", o.label}, {"kv_type_k", o.k_type}, {"kv_type_v", o.v_type}}; }
+json option_fields(const ReportOption& o) {
+  return {{"option", o.label}, {"kv_type_k", o.k_type}, {"kv_type_v", o.v_type}, {"kivi_residual", o.kivi_residual}};
+}
 
 }  // namespace
 
@@ -29,6 +31,7 @@ json report_to_json(const ReportData& d) {
     row["bytes_per_token"] = r.planned_bytes_per_token;
     row["live_bytes_per_token"] = r.live_bytes_per_token;
     row["ratio_to_f16"] = r.ratio_to_f16;
+    row["staging_bytes_per_sequence"] = r.staging_bytes_per_sequence;
     j["memory"].push_back(row);
   }
   j["quality_ctx"] = d.quality_ctx;

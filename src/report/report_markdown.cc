@@ -35,10 +35,14 @@ void memory_section(std::string& md, const ReportData& d, const std::vector<std:
   md += fmt::format("K + V bytes one token takes over all {} layers (scales and other metadata included). The planner's "
                     "figure is `kvlm plan`'s formula; the live figure comes from the KV pool built for that codec.\n\n",
                     d.model.num_layers);
-  md += "| option | K / V codec | bytes/token (planner) | bytes/token (live pool) | vs f16 |\n|---|---|---:|---:|---:|\n";
+  md += "KIVI options also hold their newest tokens (the residual window, rounded up to whole blocks, plus the "
+        "block being filled) in f32 staging: a fixed cost per sequence, listed separately.\n\n";
+  md += "| option | K / V codec | bytes/token (planner) | bytes/token (live pool) | vs f16 | f32 staging per sequence |\n"
+        "|---|---|---:|---:|---:|---:|\n";
   for (const MemoryRow& r : d.memory) {
-    md += fmt::format("| {} | {} | {} | {} | {:.3f}× |\n", r.option.label, kv_label(r.option),
-                      grouped(r.planned_bytes_per_token), grouped(r.live_bytes_per_token), r.ratio_to_f16);
+    md += fmt::format("| {} | {} | {} | {} | {:.3f}× | {} |\n", r.option.label, kv_label(r.option),
+                      grouped(r.planned_bytes_per_token), grouped(r.live_bytes_per_token), r.ratio_to_f16,
+                      r.staging_bytes_per_sequence > 0 ? grouped(r.staging_bytes_per_sequence) : std::string("–"));
   }
   picture(md, plots, "memory_per_token.png", "KV bytes per token for each option");
 }
@@ -49,7 +53,7 @@ void quality_section(std::string& md, const ReportData& d, const std::vector<std
   md += fmt::format("`kvlm eval ppl` windows of {} tokens (llama.cpp's convention: second half of each window scored), "
                     "{} tokens scored per option. KLD is KL(f32 cache ‖ option) per scored token, in nats.\n\n",
                     d.quality_ctx, grouped(static_cast<uint64_t>(d.quality.front().tokens_scored)));
-  md += "| option | PPL | ΔPPL | mean KLD | KLD p99 | top-1 agreement | RMS Δp | peak KV bytes |\n"
+  md += "| option | PPL | ΔPPL | mean KLD | KLD p99 | top-1 agreement | RMS Δp | peak KV bytes (with staging) |\n"
         "|---|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const QualityRow& r : d.quality) {
     if (r.baseline) {

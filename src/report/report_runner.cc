@@ -25,13 +25,14 @@ namespace {
 struct OptionTypes {
   KvType k;
   KvType v;
+  KvStorageOptions storage;
 };
 
 Result<OptionTypes> option_types(const ReportOption& o) {
   const auto k = parse_kv_type(o.k_type);
   const auto v = parse_kv_type(o.v_type);
   if (!k || !v) return Status::errorf("report option '{}' names a codec this build lacks", o.label);
-  return OptionTypes{*k, *v};
+  return OptionTypes{*k, *v, KvStorageOptions{.kivi_residual_tokens = o.kivi_residual}};
 }
 
 void say(const ReportProgressFn& progress, const std::string& line) {
@@ -70,6 +71,7 @@ Status run_quality(LlamaModel& model, ThreadPool& pool, std::span<const TokenId>
     say(progress, fmt::format("quality: {}", option.label));
     options.k_type = types.k;
     options.v_type = types.v;
+    options.storage = types.storage;
     KldAccumulator acc;
     size_t next = 0;
     KVLM_ASSIGN_OR_RETURN(PerplexityResult run,
@@ -91,7 +93,7 @@ Status run_quality(LlamaModel& model, ThreadPool& pool, std::span<const TokenId>
     row.kld_p99 = k.kld_p99;
     row.top1_agreement = k.top1_agreement;
     row.rms_dp = k.rms_dp;
-    row.kv_bytes_peak = run.kv_bytes_peak;
+    row.kv_bytes_peak = run.kv_bytes_peak + run.kv_staging_bytes_peak;
     row.tokens_scored = run.stats.num_scored;
     data.quality.push_back(row);
   }
@@ -108,12 +110,14 @@ Status run_memory(const ModelConfig& mc, const ReportConfig& config, ReportData&
     KVLM_ASSIGN_OR_RETURN(OptionTypes types, option_types(option));
     KVLM_ASSIGN_OR_RETURN(KvFootprint planned,
                           kv_footprint(shape, types.k, types.v, CacheForm::kFull, config.block_size));
-    KVLM_ASSIGN_OR_RETURN(std::unique_ptr<KvStorage> live, KvStorage::create(layout, types.k, types.v, 1));
+    KVLM_ASSIGN_OR_RETURN(std::unique_ptr<KvStorage> live,
+                          KvStorage::create(layout, types.k, types.v, 1, types.storage));
     MemoryRow row;
     row.option = option;
     row.planned_bytes_per_token = static_cast<uint64_t>(std::ceil(planned.bytes_per_token()));
     row.live_bytes_per_token = live->bytes_per_token();
     row.ratio_to_f16 = planned.bytes_per_token() / f16.bytes_per_token();
+    row.staging_bytes_per_sequence = planned.staging_bytes_per_sequence(option.kivi_residual);
     data.memory.push_back(row);
   }
   return Status::ok_status();
@@ -132,6 +136,7 @@ Status run_stream(LlamaModel& model, ThreadPool& pool, std::span<const TokenId> 
     say(progress, fmt::format("stream: {}, {} tokens", option.label, options.num_tokens));
     options.cache.k_type = types.k;
     options.cache.v_type = types.v;
+    options.cache.storage = types.storage;
     KVLM_ASSIGN_OR_RETURN(StreamResult result, evaluate_stream(model, pool, tokens, options));
     data.stream_trained_ctx = result.trained_ctx;
     StreamRun run;
@@ -165,6 +170,7 @@ Status run_recall(LlamaModel& model, ThreadPool& pool, std::span<const TokenId> 
     say(progress, fmt::format("recall: {}", option.label));
     options.cache.k_type = types.k;
     options.cache.v_type = types.v;
+    options.cache.storage = types.storage;
     KVLM_ASSIGN_OR_RETURN(RecallResult result, run_recall_probe(model, pool, options));
     RecallRun run;
     run.option = option;
@@ -196,6 +202,7 @@ Status run_speed(LlamaModel& model, ThreadPool& pool, const ReportConfig& config
     say(progress, fmt::format("speed: {}", option.label));
     options.k_type = types.k;
     options.v_type = types.v;
+    options.storage = types.storage;
     KVLM_ASSIGN_OR_RETURN(SpeedBenchResult result, run_speed_bench(model, pool, options));
     SpeedRun run;
     run.option = option;

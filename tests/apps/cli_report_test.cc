@@ -110,5 +110,29 @@ TEST(CliRun, PlannerPredictionMatchesTheLivePool) {
   }
 }
 
+// KIVI's f32 staging stays within the planner's per-sequence bound across windows (sequences
+// freed and reallocated) and long prefill steps, with and without a residual window.
+TEST(CliEval, KiviStagingStaysWithinThePlannersBound) {
+  KVLM_REQUIRE_SHARED(model, "stories260K.gguf");
+  KVLM_REQUIRE_SHARED(text, "tinystories_valid_head.txt");
+  for (const char* type : {"kivi4", "kivi2"}) {
+    for (int residual : {0, 40, 128}) {
+      const auto r = run_command(kvlm_binary() + " eval ppl --model " + model.string() + " --text " + text.string() +
+                                 " --ctx 128 --max-chunks 3 --threads 1 --json --kv-type " + type +
+                                 " --kivi-residual " + std::to_string(residual));
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      const auto planner = nlohmann::json::parse(r.out)["kv_planner"];
+      SCOPED_TRACE(planner.dump());
+      EXPECT_TRUE(planner["agrees"].get<bool>());
+      EXPECT_GT(planner["live_staging_bytes"].get<uint64_t>(), 0u);
+      EXPECT_LE(planner["live_staging_bytes"].get<uint64_t>(), planner["staging_bytes"].get<uint64_t>());
+    }
+  }
+  const auto bad = run_command(kvlm_binary() + " eval ppl --model " + model.string() + " --text " + text.string() +
+                               " --kv-type kivi4 --kivi-residual -5");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("--kivi-residual -5 must be in [0,"), std::string::npos) << bad.err;
+}
+
 }  // namespace
 }  // namespace kvlm

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "core/dtype.h"
+#include "kv/kv_type.h"
 #include "gguf/gguf_file.h"
 #include "model/llama_model.h"
 #include "model/model_config.h"
@@ -235,6 +236,36 @@ TEST(SpeedBenchRun, RejectsDepthBeyondContextBeforeRunning) {
   auto r = run_speed_bench(*model, pool, options);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("context of 256"), std::string::npos) << r.status().message();
+}
+
+}  // namespace
+}  // namespace kvlm
+
+namespace kvlm {
+namespace {
+
+// The random-K/V fill leaves the cache in the state a model fill would (depth tokens held, every
+// codec sealed as a forward seals), for every codec, and the timed tests run on top of it.
+TEST(SpeedBenchRun, RandomKvFillWorksForEveryCodec) {
+  const std::string path = synth_tiny("tiny-gqa", GgmlType::kF32);
+  auto model = LlamaModel::load(path).value();
+  ThreadPool pool(1);
+  for (KvType type : all_kv_types()) {
+    SCOPED_TRACE(std::string(kv_type_name(type)));
+    SpeedBenchOptions options;
+    options.prompt_tokens = 4;
+    options.gen_tokens = 3;
+    options.depths = {0, 37};
+    options.reps = 1;
+    options.warmup = false;
+    options.k_type = options.v_type = type;
+    options.storage.kivi_residual_tokens = 16;
+    options.fill = SpeedBenchOptions::DepthFill::kRandomKv;
+    const SpeedBenchResult r = run_speed_bench(*model, pool, options).value();
+    ASSERT_EQ(r.rows.size(), 4u);
+    for (const SpeedBenchRow& row : r.rows) EXPECT_TRUE(std::isfinite(row.mean_tps) && row.mean_tps > 0);
+    EXPECT_EQ(r.blocks_in_use_at_end, 0);
+  }
 }
 
 }  // namespace

@@ -130,6 +130,26 @@ TEST(KvStorageKivi, RewritingASealedBlockKeepsItsOtherSlots) {
   EXPECT_EQ(s.staging_bytes(), 2u * 4 * 2 * 8 * sizeof(float));
 }
 
+// Sequences that end while blocks are staged give the buffers back (release_blocks), so many
+// sequences one after another never hold more staging than one sequence's bound.
+TEST(KvStorageKivi, ReleasedSequencesReturnTheirStaging) {
+  KvStorage s(kLayout, KvType::kKivi4, KvType::kKivi4, 8, {.kivi_residual_tokens = 4});
+  for (int seq = 0; seq < 6; ++seq) {
+    // Each sequence takes different block ids, as a FIFO pool hands them out.
+    const std::vector<int32_t> table = {(2 * seq) % 8, (2 * seq + 1) % 8};
+    for (int t = 0; t < 7; ++t) {
+      for (int layer = 0; layer < kLayout.num_layers; ++layer) {
+        const std::vector<float> k = token(t, 0), v = token(t, 1);
+        s.write_token(layer, BlockId(table[static_cast<size_t>(t / 4)]), t % 4, k.data(), v.data());
+        s.seal_full_blocks(layer, table.data(), t + 1);
+      }
+    }
+    EXPECT_LE(s.staging_bytes(), s.residual_bytes_per_sequence()) << "sequence " << seq;
+    s.release_blocks(table);
+    for (int32_t id : table) EXPECT_FALSE(s.is_staged(0, BlockId(id)));
+  }
+}
+
 TEST(KvStorageKivi, RejectsNegativeResidual) {
   auto r = KvStorage::create(kLayout, KvType::kKivi4, KvType::kKivi4, 2, {.kivi_residual_tokens = -1});
   ASSERT_FALSE(r.ok());
