@@ -140,6 +140,7 @@ nlohmann::json row_json(const PlanRow& r) {
 void print_json(const Plan& plan, const Weights& weights, const std::optional<Advice>& advice) {
   nlohmann::json j = {{"model", shape_json(plan.shape)},
                       {"ctx", plan.request.ctx},
+                      {"ctx_past_model_context", plan.request.ctx > plan.shape.context_length},
                       {"batch", plan.request.batch},
                       {"block_size", plan.request.block_size},
                       {"weight_bytes", weights.bytes},
@@ -178,6 +179,10 @@ void print_human(const Plan& plan, const Weights& weights, const std::optional<A
               plan.request.memory_bytes
                   ? fmt::format(", memory {}", format_bytes(static_cast<double>(*plan.request.memory_bytes))).c_str()
                   : "");
+  if (plan.request.ctx > s.context_length) {
+    std::printf("note       %lld tokens is past the model's context of %lld: the model was not trained that long\n",
+                static_cast<long long>(plan.request.ctx), static_cast<long long>(s.context_length));
+  }
   std::printf("\n%-22s %14s %12s %14s %8s", "option", "bytes/token", "per token", "total", "ratio");
   if (plan.request.memory_bytes) std::printf(" %14s %10s", "tokens fit", "seqs fit");
   std::printf("\n");

@@ -47,8 +47,9 @@ def plot_quality(report, out_dir):
     labels = [r["option"] for r in rows]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
     ax1.bar(labels, [r["delta_ppl_pct"] for r in rows], color="#cc6677")
-    ax1.set_ylabel("ΔPPL vs f32 cache (%)")
+    ax1.set_ylabel("ΔPPL vs f32 cache (%, symlog)")
     ax1.axhline(0, color="black", linewidth=0.6)
+    ax1.set_yscale("symlog", linthresh=0.1)  # ±0.1% linear, log beyond: small and large costs both visible
     ax2.bar(labels, [max(r["mean_kld"], 1e-12) for r in rows], color="#117733")
     ax2.set_yscale("log")
     ax2.set_ylabel("mean KLD vs f32 cache (nats)")

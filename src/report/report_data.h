@@ -56,6 +56,7 @@ struct StreamRun {
 struct RecallRun {
   ReportOption option;
   std::vector<int> distances;
+  std::vector<int64_t> prompt_tokens;  // per distance: the probe's prompt length
   std::vector<double> accuracy;
   std::vector<double> accuracy_stderr;
   std::vector<double> control;  // same prompt shape without the first copy: the model's prior

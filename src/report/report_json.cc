@@ -62,7 +62,7 @@ json report_to_json(const ReportData& d) {
   j["recall"] = json::array();
   for (const RecallRun& run : d.recall) {
     json row = option_fields(run.option);
-    row.update({{"distances", run.distances}, {"accuracy", run.accuracy}, {"accuracy_stderr", run.accuracy_stderr},
+    row.update({{"distances", run.distances}, {"prompt_tokens", run.prompt_tokens}, {"accuracy", run.accuracy}, {"accuracy_stderr", run.accuracy_stderr},
                 {"control", run.control}, {"chance", run.chance}});
     j["recall"].push_back(row);
   }

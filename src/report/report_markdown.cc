@@ -108,7 +108,8 @@ void recall_section(std::string& md, const ReportData& d, const std::vector<std:
       "{}, then `distance` tokens of filler text, then the same span again; top-1 accuracy of the teacher-forced "
       "predictions of the second copy (its first token cannot be inferred), mean ± standard error over {} trials. "
       "The control puts a different span first: what the model predicts without having seen the detail, so "
-      "accuracy above the control is retrieval. Chance ≈ {:.4f}.\n\n",
+      "accuracy above the control is retrieval. Chance ≈ {:.4f}. † marks prompts longer than the trained "
+      "context.\n\n",
       fmt::format(fmt::runtime(spans), d.recall_span), d.recall_trials, d.recall.front().chance);
   md += "| distance |";
   for (const RecallRun& run : d.recall) md += fmt::format(" {} |", run.option.label);
@@ -117,7 +118,8 @@ void recall_section(std::string& md, const ReportData& d, const std::vector<std:
   md += "\n";
   const RecallRun& first = d.recall.front();
   for (size_t i = 0; i < first.distances.size(); ++i) {
-    md += fmt::format("| {} |", first.distances[i]);
+    const bool past = i < first.prompt_tokens.size() && first.prompt_tokens[i] > d.stream_trained_ctx;
+    md += fmt::format("| {}{} |", first.distances[i], past ? " †" : "");
     for (const RecallRun& run : d.recall) {
       md += i < run.accuracy.size()
                 ? fmt::format(" {:.3f} ± {:.3f} |", run.accuracy[i], run.accuracy_stderr[i])

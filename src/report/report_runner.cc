@@ -157,7 +157,8 @@ Status run_recall(LlamaModel& model, ThreadPool& pool, std::span<const TokenId> 
   options.trials = config.recall_trials;
   options.span = config.recall_span;
   options.span_source = config.recall_text_spans ? SpanSource::kText : SpanSource::kRandomTokens;
-  options.context_limit = config.trained_ctx;
+  // Distances past the trained context are measured too (and marked in the report).
+  options.past_context = PastContext::kAllow;
   options.cache.block_size = config.block_size;
   // Filler: the evaluation text without its BOS.
   const size_t skip = !tokens.empty() && tokens.front() == model.tokenizer().bos_id() ? 1 : 0;
@@ -177,6 +178,7 @@ Status run_recall(LlamaModel& model, ThreadPool& pool, std::span<const TokenId> 
     run.chance = result.chance;
     for (const RecallPoint& p : result.points) {
       run.distances.push_back(p.distance);
+      run.prompt_tokens.push_back(p.prompt_tokens);
       run.accuracy.push_back(p.accuracy);
       run.accuracy_stderr.push_back(p.accuracy_stderr);
       run.control.push_back(p.control_accuracy);

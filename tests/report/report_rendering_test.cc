@@ -43,7 +43,15 @@ ReportData sample_report() {
   d.stream = {{f32, 4.5, {{0, 256, 4.0, 327680}, {256, 512, 4.2, 655360}, {512, 768, 9.5, 983040}}}};
   d.recall_span = 16;
   d.recall_trials = 2;
-  d.recall = {{f32, {0, 64}, {0.9, 0.5}, {0.01, 0.05}, {0.1, 0.1}, 1.0 / 512}};
+  RecallRun recall;
+  recall.option = f32;
+  recall.distances = {0, 64};
+  recall.prompt_tokens = {33, 600};  // the second one is past the trained context of 512
+  recall.accuracy = {0.9, 0.5};
+  recall.accuracy_stderr = {0.01, 0.05};
+  recall.control = {0.1, 0.1};
+  recall.chance = 1.0 / 512;
+  d.recall = {recall};
   d.speed_threads = 2;
   d.speed_reps = 2;
   d.speed_gen_tokens = 8;
@@ -59,7 +67,8 @@ TEST(ReportMarkdown, HasEveryTableRowAndOnlyThePlotsThatExist) {
   EXPECT_NE(md.find("| f16 | 3.9400 ± 0.0000 | +0.0200% | 1.5e-06"), std::string::npos) << md;
   EXPECT_NE(md.find("| 512–768 † | 9.500 |"), std::string::npos) << md;  // past the trained context
   EXPECT_NE(md.find("| 256–512 | 4.200 |"), std::string::npos) << md;
-  EXPECT_NE(md.find("| 64 | 0.500 ± 0.050 | 0.100 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 0 | 0.900 ± 0.010 | 0.100 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 64 † | 0.500 ± 0.050 | 0.100 |"), std::string::npos) << md;
   EXPECT_NE(md.find("| f16 | 128 | 6500.0 ± 20.0 | 1.60 | 8000.0 |"), std::string::npos) << md;
   EXPECT_NE(md.find("1,234,567 tokens"), std::string::npos) << md;
   EXPECT_NE(md.find("![Delta perplexity and mean KLD per option](quality.png)"), std::string::npos);
