@@ -13,6 +13,10 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
+from cycler import cycler  # noqa: E402
+
+# The matrix has more options than the default 10-colour cycle: 20 distinct colours.
+plt.rcParams["axes.prop_cycle"] = cycler(color=plt.get_cmap("tab20").colors)
 
 
 def save(fig, out_dir, name):
@@ -89,7 +93,7 @@ def plot_recall(report, out_dir):
                     label=run["option"])
     first = runs[0]
     if "control" in first:
-        ax.plot(first["distances"], first["control"], linestyle=":", color="gray", label="control (no first copy)")
+        ax.plot(first["distances"], first["control"], linestyle=":", color="gray", label="control (a different first span)")
     ax.set_xlabel("distance between the two copies (tokens)")
     ax.set_ylabel("top-1 accuracy on the second copy")
     ax.set_ylim(0, 1.02)
