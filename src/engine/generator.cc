@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "cache/kv_cache_manager.h"
+#include "engine/release_sequence.h"
 #include "kv/kv_storage.h"
 #include "model/llama_model.h"
 #include "reference/reference_forward.h"
@@ -117,8 +118,7 @@ Result<GenerationResult> Generator::generate(const std::vector<TokenId>& prompt,
     Status s = run_step(std::span<const TokenId>(prompt).subspan(static_cast<size_t>(done), static_cast<size_t>(n)),
                         done, prefill_rows);
     if (!s.ok()) {
-      storage->release_blocks(cache.table(seq).block_ids());
-      cache.free_sequence(seq);
+      release_sequence(cache, *storage, seq);
       return s;
     }
     done += n;
@@ -143,8 +143,7 @@ Result<GenerationResult> Generator::generate(const std::vector<TokenId>& prompt,
     stats.kv_projections_recompute += tokens.size();
     Status s = run_step(std::span<const TokenId>(&tokens.back(), 1), num_cached, LogitsRows::kLast);
     if (!s.ok()) {
-      storage->release_blocks(cache.table(seq).block_ids());
-      cache.free_sequence(seq);
+      release_sequence(cache, *storage, seq);
       return s;
     }
   }
@@ -153,8 +152,7 @@ Result<GenerationResult> Generator::generate(const std::vector<TokenId>& prompt,
   stats.kv_bytes_allocated = static_cast<uint64_t>(stats.kv_blocks_peak) * storage->bytes_per_block();
 
   stats.kv_tokens_cached = cache.table(seq).num_tokens();
-  storage->release_blocks(cache.table(seq).block_ids());
-  cache.free_sequence(seq);
+  release_sequence(cache, *storage, seq);
   stats.blocks_leaked = num_blocks - cache.num_free_blocks();
   result.text = decoder.text();
 

@@ -4,6 +4,7 @@
 
 #include "cache/kv_cache_manager.h"
 #include "core/check.h"
+#include "engine/release_sequence.h"
 #include "kv/kv_storage.h"
 
 namespace kvlm {
@@ -29,10 +30,7 @@ class FullEvalCache final : public EvalSequenceCache {
   }
 
   void reset() override {
-    if (seq_) {
-      storage_->release_blocks(manager_.table(*seq_).block_ids());
-      manager_.free_sequence(*seq_);
-    }
+    if (seq_) release_sequence(manager_, *storage_, *seq_);
     seq_.reset();
     num_fed_ = 0;
   }

@@ -7,6 +7,7 @@
 
 #include "cache/kv_cache_manager.h"
 #include "core/check.h"
+#include "engine/release_sequence.h"
 #include "kv/kv_storage.h"
 #include "model/llama_model.h"
 
@@ -139,8 +140,7 @@ Result<PerplexityResult> evaluate_perplexity(LlamaModel& model, ThreadPool& pool
       }
       done += n;
     }
-    storage->release_blocks(cache.table(seq).block_ids());
-    cache.free_sequence(seq);
+    release_sequence(cache, *storage, seq);
     if (!status.ok()) return status;
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -16,6 +16,7 @@
 #include "core/cpu_features.h"
 #include "core/dtype.h"
 #include "core/rng.h"
+#include "engine/release_sequence.h"
 #include "gguf/gguf_file.h"
 #include "kv/kv_storage.h"
 #include "model/llama_model.h"
@@ -132,8 +133,8 @@ class BenchSequence {
   std::vector<float> logits_;  // [1, vocab], discarded
 };
 
-// Writes `depth` tokens of random K/V (uniform in [-2, 2)) into every layer, then seals the full
-// blocks as a forward would (KIVI encodes them).
+// Writes `depth` tokens of random K/V (uniform in [-2, 2)) into every layer, sealed as a forward
+// would seal them (KIVI encodes the blocks outside the residual window).
 void fill_random_kv(KvStorage& storage, std::span<const int32_t> table, int depth, uint64_t seed) {
   const KvLayout& layout = storage.layout();
   Rng rng(seed ^ 0x6b766c6d66696c6cULL);
@@ -142,10 +143,8 @@ void fill_random_kv(KvStorage& storage, std::span<const int32_t> table, int dept
     for (int pos = 0; pos < depth; ++pos) {
       for (float& x : k) x = static_cast<float>(4 * rng.next_double() - 2);
       for (float& x : v) x = static_cast<float>(4 * rng.next_double() - 2);
-      storage.write_token(layer, BlockId(table[static_cast<size_t>(pos / layout.block_size)]), pos % layout.block_size,
-                          k.data(), v.data());
+      storage.write_tokens(layer, table, pos, 1, k.data(), v.data());
     }
-    storage.seal_full_blocks(layer, table.data(), depth);
   }
 }
 
@@ -308,8 +307,7 @@ Result<SpeedBenchResult> run_speed_bench(LlamaModel& model, ThreadPool& pool, co
     }
     KVLM_CHECK(cache.table(seq).num_tokens() == depth, "sequence holds {} tokens after the tests, filled {}",
                cache.table(seq).num_tokens(), depth);
-    storage->release_blocks(cache.table(seq).block_ids());
-    cache.free_sequence(seq);
+    release_sequence(cache, *storage, seq);
   }
   result.blocks_in_use_at_end = cache.num_used_blocks();
   return result;

@@ -178,6 +178,22 @@ void KvStorage::seal(Staging& staging, const KvCodec& codec, int layer, BlockId 
   rows = nullptr;
 }
 
+void KvStorage::write_tokens(int layer, std::span<const int32_t> block_table, int64_t first_position,
+                             int64_t num_tokens, const float* k, const float* v) {
+  const int64_t block_size = layout_.block_size;
+  const size_t width = layout_.values_per_token();
+  for (int64_t i = 0; i < num_tokens; ++i) {
+    const int64_t position = first_position + i;
+    const size_t index = static_cast<size_t>(position / block_size);
+    KVLM_CHECK(index < block_table.size(), "position {} is past the block table's {} blocks", position,
+               block_table.size());
+    write_token(layer, BlockId(block_table[index]), static_cast<int>(position % block_size),
+                k + static_cast<size_t>(i) * width, v + static_cast<size_t>(i) * width);
+    // A block just filled: the window moved by one block, so the block that left it is encoded.
+    if ((position + 1) % block_size == 0) seal_full_blocks(layer, block_table.data(), static_cast<int>(position + 1));
+  }
+}
+
 void KvStorage::release_blocks(std::span<const int32_t> block_ids) {
   for (Staging* staging : {&k_staging_, &v_staging_}) {
     if (!staging->enabled) continue;

@@ -26,7 +26,7 @@ namespace kvlm {
 // KIVI type (K, V or both) the storage keeps a block that is being filled in a
 // full-precision *staging* buffer, [block_size, num_kv_heads, head_dim] f32 per
 // (layer, role), taken from a free list when the block's first token is written.
-// seal_full_blocks(), called after each step's writes, encodes every full block
+// write_tokens() (or seal_full_blocks() after write_token) encodes every full block
 // of a sequence that lies outside the residual window (the last
 // residual_blocks() full blocks, residual_blocks = ceil(kivi_residual_tokens /
 // block_size), plus the partial tail block, stay staged) into its compact arena
@@ -66,6 +66,12 @@ class KvStorage {
   // Decodes one token's K and V back to f32.
   //   k, v: [num_kv_heads, head_dim]
   void read_token(int layer, BlockId block, int slot_in_block, float* k, float* v) const;
+  // Writes one sequence's tokens at positions [first_position, first_position + num_tokens) of
+  // `layer` through its block table, and (KIVI) encodes each block as soon as the residual window
+  // moves past it, so staging never holds more than the window and the tail, however long the step.
+  //   block_table: the sequence's block ids in token order; k, v: [num_tokens, num_kv_heads, head_dim]
+  void write_tokens(int layer, std::span<const int32_t> block_table, int64_t first_position, int64_t num_tokens,
+                    const float* k, const float* v);
 
   // After a sequence's tokens [0, num_tokens) have been written to `layer`:
   // encodes its staged full blocks outside the residual window (see above).

@@ -102,24 +102,8 @@ void LlamaModel::forward(const SequenceStep& step, KvStorage& cache, ThreadPool&
         rope_apply(c.rope, &k_[static_cast<size_t>(t * c.kv_dim())], c.num_kv_heads, pos);
       }
     });
-    // KIVI encodes a block once it is full and out of the residual window (no-ops for other codecs).
-    // Sealing as the step goes, not after it, bounds staging by the window even for long prefill
-    // steps: first the cached blocks this step pushes out of the window, then each new block
-    // that fills outside it.
-    const int64_t sealable_blocks = num_context / block_size - cache.residual_blocks();  // [0, sealable) leave
-    if (sealable_blocks > 0) {
-      const int64_t cached_sealable = std::min<int64_t>(step.num_cached_tokens / block_size, sealable_blocks);
-      cache.seal_full_blocks(l, step.block_table.data(),
-                             static_cast<int>((cached_sealable + cache.residual_blocks()) * block_size));
-    }
-    for (int64_t t = 0; t < n; ++t) {
-      const int64_t token_idx = step.num_cached_tokens + t;
-      const BlockId block(step.block_table[static_cast<size_t>(token_idx / block_size)]);
-      cache.write_token(l, block, static_cast<int>(token_idx % block_size), &k_[static_cast<size_t>(t * c.kv_dim())],
-                        &v_[static_cast<size_t>(t * c.kv_dim())]);
-      if ((token_idx + 1) % block_size == 0 && token_idx / block_size < sealable_blocks) cache.seal_block(l, block);
-    }
-    cache.seal_full_blocks(l, step.block_table.data(), static_cast<int>(num_context));
+    // KIVI encodes each block as the residual window leaves it (the write is all there is for other codecs).
+    cache.write_tokens(l, step.block_table, step.num_cached_tokens, n, k_.data(), v_.data());
 
     PagedAttentionArgs args;
     args.storage = &cache;
