@@ -14,6 +14,8 @@
 #include "commands.h"
 #include "eval/kld.h"
 #include "eval/perplexity.h"
+#include "evict/evicting_sequence.h"
+#include "eviction_flags.h"
 #include "kv/kv_type.h"
 #include "kv_flags.h"
 #include "model/llama_model.h"
@@ -28,6 +30,7 @@ struct PplFlags {
   std::string text;
   int ctx = 512;
   KvTypeFlags kv;
+  EvictionFlags evict;
   int block_size = 16;
   int threads = 0;
   int max_chunks = 0;
@@ -53,6 +56,8 @@ void run_ppl(const PplFlags& f) {
   options.block_size = f.block_size;
   options.max_windows = f.max_chunks;
   options.prefill_chunk = f.prefill_chunk;
+  options.eviction = f.evict.eviction();
+  const bool evicting = options.eviction.policy != EvictionPolicy::kNone;
 
   // What this run would write as a baseline header: the comparison checks it field by field.
   KldHeader header;
@@ -94,9 +99,12 @@ void run_ppl(const PplFlags& f) {
   if (writer) throw_if_error(writer->finish());
   const PerplexityStats& s = r.stats;
   // Windows run one at a time from an empty cache: the peak is one sequence of ctx tokens.
+  // Under a policy the peak is what the policy let one window hold at once.
+  const int64_t peak_tokens = evicting ? r.eviction.peak_live_tokens : f.ctx;
   const PlannerCheck planner =
-      check_against_planner(model->config(), k_type, v_type, f.block_size, {f.ctx}, r.kv_bytes_peak,
-                            options.storage.kivi_residual_tokens, r.kv_staging_bytes_peak);
+      check_against_planner(model->config(), k_type, v_type, f.block_size, {peak_tokens}, r.kv_bytes_peak,
+                            options.storage.kivi_residual_tokens, r.kv_staging_bytes_peak,
+                            EvictingSequence::evicted_slot_blocks(options.eviction));
 
   nlohmann::json j = {
       {"model", f.model},
@@ -120,7 +128,17 @@ void run_ppl(const PplFlags& f) {
       {"kv_blocks_peak", r.kv_blocks_peak},
       {"kv_planner", planner.json()},
       {"seconds", r.seconds},
+      {"cache", describe_eviction(options.eviction)},
+      {"policy", eviction_policy_name(options.eviction.policy)},
+      {"budget", options.eviction.budget},
   };
+  if (evicting) {
+    j["eviction"] = {{"tokens_evicted", r.eviction.tokens_evicted},
+                     {"peak_live_tokens", r.eviction.peak_live_tokens},
+                     {"compactions", r.eviction.compactions},
+                     {"tokens_moved", r.eviction.tokens_moved},
+                     {"blocks_dropped", r.eviction.blocks_dropped}};
+  }
   std::optional<KldStats> k;
   if (reader) {
     k = acc.finish();
@@ -140,6 +158,12 @@ void run_ppl(const PplFlags& f) {
               f.text.c_str(), f.ctx, f.kv.label().c_str(), r.plan.num_windows, static_cast<long long>(s.num_scored),
               static_cast<long long>(r.num_text_tokens), r.seconds);
   std::printf("PPL = %.4f +/- %.4f   mean NLL = %.6f +/- %.6f\n", s.ppl, s.ppl_stderr, s.mean_nll, s.nll_stderr);
+  if (evicting) {
+    std::printf("cache: %s; each window's first %d tokens fed as a prompt, then the scored half; %lld tokens "
+                "evicted, at most %d live\n",
+                describe_eviction(options.eviction).c_str(), f.ctx / 2,
+                static_cast<long long>(r.eviction.tokens_evicted), r.eviction.peak_live_tokens);
+  }
   std::printf("KV: peak %llu bytes held (%d blocks of %d tokens); formula %llu bytes/token x %d = %llu bytes\n",
               static_cast<unsigned long long>(r.kv_bytes_peak), r.kv_blocks_peak, f.block_size,
               static_cast<unsigned long long>(r.kv_bytes_per_token), f.ctx,
@@ -164,6 +188,7 @@ CLI::App* add_eval_command(CLI::App& app) {
   cmd->add_option("--text,-f", flags->text, "text file to evaluate")->required();
   cmd->add_option("--ctx,-c", flags->ctx, "tokens per window")->capture_default_str();
   flags->kv.add_to(cmd);
+  flags->evict.add_to(cmd);
   cmd->add_option("--block-size", flags->block_size, "tokens per KV block")->capture_default_str();
   cmd->add_option("--threads,-t", flags->threads, "threads (default: all cores)");
   cmd->add_option("--max-chunks", flags->max_chunks, "evaluate at most this many windows; 0 = all")

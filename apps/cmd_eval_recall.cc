@@ -12,7 +12,9 @@
 #include "cli_error.h"
 #include "text_file.h"
 #include "commands.h"
+#include "eval/evicting_eval_cache.h"
 #include "eval/recall_probe.h"
+#include "eviction_flags.h"
 #include "kv_flags.h"
 #include "model/llama_model.h"
 
@@ -32,6 +34,7 @@ struct RecallFlags {
   int trained_ctx = 0;
   bool allow_past_context = false;
   KvTypeFlags kv;
+  EvictionFlags evict;
   int block_size = 16;
   int threads = 0;
   bool json = false;
@@ -69,6 +72,8 @@ void run_recall(const RecallFlags& f) {
   options.cache.v_type = f.kv.v_type();
   options.cache.storage = f.kv.storage_options();
   options.cache.block_size = f.block_size;
+  const EvictionOptions eviction = f.evict.eviction();
+  options.make_cache = make_evicting_eval_cache(eviction);
   ThreadPool pool(resolve_threads(f.threads));
   const RecallResult r = value_or_throw(run_recall_probe(*model, pool, options));
   const bool repeat = options.mode == RecallMode::kRepeat;
@@ -97,7 +102,9 @@ void run_recall(const RecallFlags& f) {
         {"seed", f.seed},
         {"context_limit", r.context_limit},
         {"allow_past_context", f.allow_past_context},
-        {"cache", "full"},
+        {"cache", describe_eviction(eviction)},
+        {"policy", eviction_policy_name(eviction.policy)},
+        {"budget", eviction.budget},
         {"kv_type", f.kv.label()},
         {"kv_type_k", kv_type_name(options.cache.k_type)},
         {"kv_type_v", kv_type_name(options.cache.v_type)},
@@ -112,8 +119,10 @@ void run_recall(const RecallFlags& f) {
     return;
   }
   if (repeat) {
-    std::printf("recall (repeat, %s spans): span %d, %d trials, filler %s, kv %s; chance %.4f (1/%d ordinary tokens)\n",
-                f.span_source.c_str(), r.span, r.trials, f.text.empty() ? "random tokens" : f.text.c_str(), f.kv.label().c_str(), r.chance,
+    std::printf("recall (repeat, %s spans): span %d, %d trials, filler %s, kv %s, cache %s; chance %.4f (1/%d ordinary "
+                "tokens)\n",
+                f.span_source.c_str(), r.span, r.trials, f.text.empty() ? "random tokens" : f.text.c_str(),
+                f.kv.label().c_str(), describe_eviction(eviction).c_str(), r.chance,
                 r.num_candidates);
     std::printf("%9s  %8s  %18s  %18s  %s\n", "distance", "prompt", "accuracy", "control", "");
   } else {
@@ -157,6 +166,7 @@ CLI::App* add_eval_recall_command(CLI::App* eval) {
   cmd->add_option("--trained-ctx", flags->trained_ctx, "context limit for prompts (default: the GGUF's)");
   cmd->add_flag("--allow-past-context", flags->allow_past_context, "run prompts longer than the context limit");
   flags->kv.add_to(cmd);
+  flags->evict.add_to(cmd);
   cmd->add_option("--block-size", flags->block_size, "tokens per KV block")->capture_default_str();
   cmd->add_option("--threads,-t", flags->threads, "threads (default: all cores)");
   cmd->add_flag("--json", flags->json, "print one JSON object with all numbers");

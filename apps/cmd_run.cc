@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "engine/generator.h"
 #include "kv/kv_type.h"
+#include "eviction_flags.h"
 #include "kv_flags.h"
 #include "model/llama_model.h"
 #include "run_report.h"
@@ -27,11 +28,13 @@ struct RunFlags {
   float repeat_penalty = 1.0f;
   int64_t seed = -1;
   KvTypeFlags kv;
+  EvictionFlags evict;
   int block_size = 16;
   int threads = 0;
   bool stats = false;
   bool json = false;
   bool verify = false;
+  bool ignore_eos = false;
 };
 
 void run(const RunFlags& f) {
@@ -56,6 +59,8 @@ void run(const RunFlags& f) {
   options.storage = f.kv.storage_options();
   options.block_size = f.block_size;
   options.verify = f.verify;
+  options.stop_at_eos = !f.ignore_eos;
+  options.eviction = f.evict.eviction();
 
   ThreadPool pool(resolve_threads(f.threads));
   Generator generator(*model, pool);
@@ -66,7 +71,7 @@ void run(const RunFlags& f) {
   auto result = value_or_throw(generator.generate(prompt, options, f.json ? Generator::TextCallback{} : print));
 
   const RunDescription desc{f.model, options.k_type, options.v_type, options.sampler.seed,
-                            options.storage.kivi_residual_tokens};
+                            options.storage.kivi_residual_tokens, options.eviction};
   if (f.json) {
     std::printf("%s\n", stats_to_json(result, *model, desc).dump(2).c_str());
     return;
@@ -83,7 +88,8 @@ CLI::App* add_run_command(CLI::App& app) {
   cmd->add_option("--model,-m", flags->model, "GGUF model file")->required();
   cmd->add_option("--prompt,-p", flags->prompt, "prompt text (default: start from BOS alone)");
   cmd->add_option("--max-tokens,-n", flags->max_tokens,
-                  "new tokens to generate (llama2.c's -n from BOS); also stops at EOS or a full context; "
+                  "new tokens to generate (llama2.c's -n from BOS); also stops at EOS or a full context (window and "
+                  "streaming policies run past it); "
                   "0 = until EOS or the context is full")
       ->capture_default_str();
   cmd->add_option("--temp", flags->temperature, "sampling temperature; 0 = greedy")->capture_default_str();
@@ -95,8 +101,10 @@ CLI::App* add_run_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--seed", flags->seed, "RNG seed (default: from the clock)");
   flags->kv.add_to(cmd);
+  flags->evict.add_to(cmd);
   cmd->add_option("--block-size", flags->block_size, "tokens per KV block")->capture_default_str();
   cmd->add_option("--threads,-t", flags->threads, "threads (default: all cores)");
+  cmd->add_flag("--ignore-eos", flags->ignore_eos, "keep generating through EOS (and BOS) until --max-tokens");
   cmd->add_flag("--stats", flags->stats, "print speed, cache savings and KV memory to stderr");
   cmd->add_flag("--json", flags->json, "print one JSON object with the text, token ids and statistics");
   cmd->add_flag("--verify", flags->verify,

@@ -57,11 +57,16 @@ struct PlannerCheck {
 
 inline PlannerCheck check_against_planner(const ModelConfig& config, KvType k_type, KvType v_type, int block_size,
                                           const std::vector<int64_t>& tokens_per_sequence, uint64_t live_bytes,
-                                          int kivi_residual = 0, uint64_t live_staging_bytes = 0) {
+                                          int kivi_residual = 0, uint64_t live_staging_bytes = 0,
+                                          int evicted_slot_blocks = 0) {
   PlannerCheck check;
   check.predicted = value_or_throw(predict_pool_bytes(model_shape_from_config(config), k_type, v_type,
                                                       CacheForm::kFull, block_size, tokens_per_sequence,
                                                       kivi_residual));
+  // Window and streaming leave evicted slots in at most two blocks per sequence (the sinks' last
+  // block and the window's first) until a whole block is evicted and dropped.
+  check.predicted.slack_bytes += static_cast<uint64_t>(evicted_slot_blocks) * tokens_per_sequence.size() *
+                                 check.predicted.footprint.bytes_per_block;
   check.live_bytes = live_bytes;
   check.live_staging_bytes = live_staging_bytes;
   return check;

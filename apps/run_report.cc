@@ -2,16 +2,21 @@
 
 #include <fmt/format.h>
 
+#include "evict/evicting_sequence.h"
 #include "model/llama_model.h"
 #include "planner_check.h"
 
 namespace kvlm::cli {
 namespace {
 
-// The planner predicts the peak: the sequence only grows, so it peaked at the tokens it ended with.
+// The planner predicts the peak: without eviction the sequence only grows, so it peaked at the
+// tokens it ended with; under a policy, at the most tokens the policy let it hold.
 PlannerCheck planner_check(const GenerationStats& s, const LlamaModel& model, const RunDescription& run) {
-  return check_against_planner(model.config(), run.k_type, run.v_type, s.block_size, {s.kv_tokens_cached},
-                               s.kv_bytes_allocated, run.kivi_residual, s.kv_staging_bytes_peak);
+  const bool evicting = run.eviction.policy != EvictionPolicy::kNone;
+  const int64_t peak_tokens = evicting ? s.eviction.peak_live_tokens : s.kv_tokens_cached;
+  return check_against_planner(model.config(), run.k_type, run.v_type, s.block_size, {peak_tokens},
+                               s.kv_bytes_allocated, run.kivi_residual, s.kv_staging_bytes_peak,
+                               EvictingSequence::evicted_slot_blocks(run.eviction));
 }
 
 }  // namespace
@@ -36,6 +41,12 @@ std::string format_stats(const GenerationResult& r, const LlamaModel& model, con
   out += fmt::format("KV allocated     {} bytes in {} blocks of {} tokens (peak; {} bytes for {} tokens by formula)\n",
                      s.kv_bytes_allocated, s.kv_blocks_peak, s.block_size,
                      s.kv_bytes_per_token * static_cast<uint64_t>(s.kv_tokens_cached), s.kv_tokens_cached);
+  if (run.eviction.policy != EvictionPolicy::kNone) {
+    out += fmt::format("KV eviction      {}: {} tokens evicted, at most {} live, {} blocks dropped, {} tokens moved "
+                       "in {} compactions\n",
+                       describe_eviction(run.eviction), s.eviction.tokens_evicted, s.eviction.peak_live_tokens,
+                       s.eviction.blocks_dropped, s.eviction.tokens_moved, s.eviction.compactions);
+  }
   out += planner_check(s, model, run).line();
   out += fmt::format("KV pool          {} bytes reserved, {} blocks leaked\n", s.kv_pool_bytes, s.blocks_leaked);
   if (s.verified) {
@@ -67,6 +78,10 @@ nlohmann::json stats_to_json(const GenerationResult& r, const LlamaModel& model,
       {"block_size", s.block_size},
       {"kv_pool_bytes", s.kv_pool_bytes},
       {"blocks_leaked", s.blocks_leaked},
+      {"policy", eviction_policy_name(run.eviction.policy)},
+      {"budget", run.eviction.budget},
+      {"tokens_evicted", s.eviction.tokens_evicted},
+      {"peak_live_tokens", s.eviction.peak_live_tokens},
       {"seed", run.seed},
   };
   if (s.verified) stats["verify_max_rel_error"] = s.verify_max_rel_error;

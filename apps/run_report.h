@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/generator.h"
+#include "evict/eviction_options.h"
 #include "kv/kv_type.h"
 
 namespace kvlm {
@@ -20,6 +21,7 @@ struct RunDescription {
   KvType v_type = KvType::kF32;
   uint64_t seed = 0;
   int kivi_residual = 0;
+  EvictionOptions eviction;
 };
 
 std::string format_stats(const GenerationResult& result, const LlamaModel& model, const RunDescription& run);

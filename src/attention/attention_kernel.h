@@ -27,6 +27,11 @@ struct AttentionWork {
   int group_size = 0;        // query heads per kv head
   const float* q = nullptr;  // [num_queries, num_heads, head_dim]
   float scale = 0.0f;
+  // When set, every task also writes the scaled score q·k of each token its rows see into
+  // row (query * num_heads + head), column token: what attention weights are computed from
+  // once the rows' softmax maxima and sums are known (H2O, SnapKV). Tokens no row sees are
+  // not written.
+  float* scores = nullptr;  // [num_queries * num_heads, num_context_tokens]
 };
 
 // One task: the query heads of one kv head, for queries [query_begin, query_end),

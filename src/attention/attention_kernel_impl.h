@@ -443,6 +443,13 @@ struct AttentionKernel {
         with_rows(nr, [&](auto rows) { qk<rows()>(q_block, krows, n, D, s); });
         for (int i = 0; i < nr; ++i) {
           const int num_valid = max_int(0, min_int(n, row_end(r0 + i) - t0));
+          if (w.scores != nullptr && num_valid > 0) {
+            const int r = r0 + i;
+            const size_t row = static_cast<size_t>(task.query_begin + r / G) * static_cast<size_t>(H) +
+                               static_cast<size_t>(task.kv_head * G + r % G);
+            float* dst = w.scores + row * static_cast<size_t>(w.num_context_tokens) + t0;
+            for (int t = 0; t < num_valid; ++t) dst[t] = s[i * kTileTokens + t];
+          }
           softmax_update(s + i * kTileTokens, num_valid, m[r0 + i], l[r0 + i], acc_block + static_cast<size_t>(i) * D,
                          D);
         }

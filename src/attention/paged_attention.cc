@@ -41,10 +41,16 @@ void check_args(const PagedAttentionArgs& a) {
   KVLM_CHECK(a.num_heads >= 1 && a.num_heads % layout.num_kv_heads == 0,
              "paged_attention: num_heads {} is not a multiple of num_kv_heads {}", a.num_heads, layout.num_kv_heads);
   KVLM_CHECK(a.q != nullptr && a.out != nullptr, "paged_attention: null q or out");
+  KVLM_CHECK(a.first_weight_query >= 0 && a.first_weight_query < a.num_queries,
+             "paged_attention: first weight query {} outside [0, {})", a.first_weight_query, a.num_queries);
   const int needed_blocks = ceil_div(a.num_context_tokens, layout.block_size);
   KVLM_CHECK(a.block_table != nullptr && a.num_table_blocks >= needed_blocks,
              "paged_attention: {} context tokens need {} blocks of {}, the table has {}", a.num_context_tokens,
              needed_blocks, layout.block_size, a.num_table_blocks);
+  KVLM_CHECK(a.num_sink_tokens >= 0 && a.window_begin >= 0 &&
+                 std::max(a.num_sink_tokens, a.window_begin) <= a.num_context_tokens - a.num_queries,
+             "paged_attention: sinks [0, {}) and window from {} must lie before the first query at {}",
+             a.num_sink_tokens, a.window_begin, a.num_context_tokens - a.num_queries);
   for (int i = 0; i < needed_blocks; ++i) {
     KVLM_CHECK(a.block_table[i] >= 0 && a.block_table[i] < a.storage->num_blocks(),
                "paged_attention: block_table[{}] = {} outside the storage's {} blocks", i, a.block_table[i],
@@ -90,6 +96,39 @@ void merge_chunks(int num_chunks, size_t num_rows, int head_dim, const float* pa
     const float inv = 1.0f / sum;
     for (size_t d = 0; d < D; ++d) o[d] *= inv;
   }
+}
+
+// token_weights[t] += sum over rows of the weighted queries of exp(score - M) / L, with M and L
+// the row's softmax max and sum over all chunks. Split over tokens, each summing the rows in
+// order, so the result does not depend on the thread count.
+void add_token_weights(const PagedAttentionArgs& args, int num_chunks, size_t num_rows, const float* partial_max,
+                       const float* partial_sum, const float* scores, ThreadPool& pool) {
+  const size_t first_row = static_cast<size_t>(args.first_weight_query) * static_cast<size_t>(args.num_heads);
+  std::vector<float> row_max(num_rows), row_inv_sum(num_rows);
+  for (size_t row = first_row; row < num_rows; ++row) {
+    float m = -std::numeric_limits<float>::infinity();
+    for (int c = 0; c < num_chunks; ++c) {
+      const size_t i = static_cast<size_t>(c) * num_rows + row;
+      if (partial_sum[i] > 0.0f) m = std::max(m, partial_max[i]);
+    }
+    double l = 0.0;
+    for (int c = 0; c < num_chunks; ++c) {
+      const size_t i = static_cast<size_t>(c) * num_rows + row;
+      if (partial_sum[i] > 0.0f) l += std::exp(static_cast<double>(partial_max[i]) - m) * partial_sum[i];
+    }
+    row_max[row] = m;
+    row_inv_sum[row] = static_cast<float>(1.0 / l);
+  }
+  const size_t ctx = static_cast<size_t>(args.num_context_tokens);
+  pool.parallel_for(static_cast<int64_t>(ctx), 512, [&](int64_t begin, int64_t end) {
+    for (size_t row = first_row; row < num_rows; ++row) {
+      const float* s = scores + row * ctx;
+      for (int64_t t = begin; t < end; ++t) {
+        if (s[t] == -std::numeric_limits<float>::infinity()) continue;
+        args.token_weights[t] += std::exp(s[t] - row_max[row]) * row_inv_sum[row];
+      }
+    }
+  });
 }
 
 }  // namespace
@@ -151,16 +190,33 @@ void paged_attention(const PagedAttentionArgs& args, ThreadPool& pool, Attention
   KVLM_CHECK(kernel != nullptr, "no attention kernel for K {} / V {}", kv_type_name(storage.k_type()),
              kv_type_name(storage.v_type()));
 
+  // Sinks and window: the sinks [0, S) are one chunk of their own, scored with q_sink; the
+  // window [window_begin, ...) is split like a whole context; evicted slots between them are
+  // never visited. Without either, the context starts at 0 and has no sink chunk.
+  AttentionWork sink_work = work;
+  if (args.q_sink != nullptr) sink_work.q = args.q_sink;
+  const int num_sinks = std::min(args.num_sink_tokens, args.num_context_tokens);
+  const bool split_sinks = num_sinks > 0 && (args.window_begin > num_sinks || args.q_sink != nullptr);
+  // Without a sink chunk, either there are no sinks (the window alone may start late) or
+  // the window starts at or before their end (nothing is hidden).
+  const int window_begin =
+      split_sinks ? std::max(args.window_begin, num_sinks) : (num_sinks > 0 ? 0 : args.window_begin);
+  const int sink_chunks = split_sinks ? 1 : 0;
+
   // The split depends on shapes only, so every thread count computes the same sums.
   const int G = work.group_size;
   const int query_tile = std::max(1, kTargetRowsPerTask / G);
   const int num_query_tiles = ceil_div(args.num_queries, query_tile);
   const int base_tasks = layout.num_kv_heads * num_query_tiles;
-  int num_chunks = 1;
+  int window_chunks = 1;
   if (base_tasks < kMinTasks) {
-    num_chunks = std::min(ceil_div(kMinTasks, base_tasks), ceil_div(args.num_context_tokens, kMinChunkTokens));
-    num_chunks = std::max(1, num_chunks);
+    window_chunks = std::min(ceil_div(kMinTasks, base_tasks),
+                             ceil_div(args.num_context_tokens - window_begin, kMinChunkTokens));
+    window_chunks = std::max(1, window_chunks);
   }
+  const int num_chunks = sink_chunks + window_chunks;
+  // Weights need each row's final softmax max and sum: every task then leaves its partial state.
+  const bool partial = num_chunks > 1 || args.token_weights != nullptr;
   const int first_query_pos = args.num_context_tokens - args.num_queries;
   const int rows_per_task = query_tile * G;
   const size_t scratch_floats = attention_internal::task_scratch_floats(rows_per_task, layout.head_dim);
@@ -171,12 +227,20 @@ void paged_attention(const PagedAttentionArgs& args, ThreadPool& pool, Attention
   float* partial_max = nullptr;
   float* partial_sum = nullptr;
   float* partial_acc = nullptr;
-  if (num_chunks > 1) {
+  if (partial) {
     const size_t chunk_rows = static_cast<size_t>(num_chunks) * num_rows;
     partials.resize(chunk_rows * (2 + static_cast<size_t>(layout.head_dim)));
     partial_max = partials.data();
     partial_sum = partial_max + chunk_rows;
     partial_acc = partial_sum + chunk_rows;
+  }
+
+  // Scores of every (row, token) a row sees, when weights are wanted; -inf elsewhere.
+  thread_local std::vector<float> scores;
+  if (args.token_weights != nullptr) {
+    scores.assign(num_rows * static_cast<size_t>(args.num_context_tokens), -std::numeric_limits<float>::infinity());
+    work.scores = scores.data();
+    sink_work.scores = scores.data();
   }
 
   // Task order: kv head, query tile, chunk.
@@ -190,14 +254,20 @@ void paged_attention(const PagedAttentionArgs& args, ThreadPool& pool, Attention
     task.query_begin = tile * query_tile;
     task.query_end = std::min(args.num_queries, task.query_begin + query_tile);
     const int visible_end = first_query_pos + task.query_end;  // tokens the tile's last query sees
-    if (num_chunks == 1) {
+    const bool is_sink_chunk = chunk < sink_chunks;
+    if (is_sink_chunk) {
       task.token_begin = 0;
-      task.token_end = visible_end;
+      task.token_end = num_sinks;
+    } else {
+      const int window_chunk = chunk - sink_chunks;
+      const int window_len = visible_end - window_begin;
+      const int chunk_len = ceil_div(ceil_div(window_len, window_chunks), kChunkAlign) * kChunkAlign;
+      task.token_begin = std::min(visible_end, window_begin + window_chunk * chunk_len);
+      task.token_end = std::min(visible_end, task.token_begin + chunk_len);
+    }
+    if (!partial) {
       task.out = args.out;
     } else {
-      const int chunk_len = ceil_div(ceil_div(visible_end, num_chunks), kChunkAlign) * kChunkAlign;
-      task.token_begin = std::min(visible_end, chunk * chunk_len);
-      task.token_end = std::min(visible_end, task.token_begin + chunk_len);
       const size_t offset = static_cast<size_t>(chunk) * num_rows;
       task.partial_max = partial_max + offset;
       task.partial_sum = partial_sum + offset;
@@ -206,14 +276,17 @@ void paged_attention(const PagedAttentionArgs& args, ThreadPool& pool, Attention
     thread_local std::vector<float> scratch;
     if (scratch.size() < scratch_floats) scratch.resize(scratch_floats);
     task.scratch = scratch.data();
-    kernel(work, task);
+    kernel(is_sink_chunk ? sink_work : work, task);
   });
 
-  if (num_chunks > 1) {
+  if (partial) {
     pool.parallel_for(static_cast<int64_t>(num_rows), 8, [&](int64_t begin, int64_t end) {
       merge_chunks(num_chunks, num_rows, layout.head_dim, partial_max, partial_sum, partial_acc,
                    static_cast<size_t>(begin), static_cast<size_t>(end), args.out);
     });
+  }
+  if (args.token_weights != nullptr) {
+    add_token_weights(args, num_chunks, num_rows, partial_max, partial_sum, scores.data(), pool);
   }
 }
 

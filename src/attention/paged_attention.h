@@ -22,6 +22,23 @@ struct PagedAttentionArgs {
   const float* q = nullptr;   // [num_queries, num_heads, head_dim]
   float* out = nullptr;       // [num_queries, num_heads, head_dim]; must not alias q
   float scale = 0.0f;         // usually 1/sqrt(head_dim)
+
+  // Attention sinks and a sliding window (token eviction, StreamingLLM). Every query sees
+  // tokens [0, num_sink_tokens) and [window_begin, its own position]; tokens
+  // [num_sink_tokens, window_begin) are evicted slots it skips. The sinks are scored with
+  // q_sink when given (the query rotated at its position within the cache, while q is rotated
+  // at its position in the text: see docs/ARCHITECTURE.md, "Positions under eviction"), else
+  // with q. window_begin <= num_sink_tokens hides nothing; window_begin must not pass the
+  // first query.
+  int num_sink_tokens = 0;
+  int window_begin = 0;
+  const float* q_sink = nullptr;  // [num_queries, num_heads, head_dim] or nullptr
+
+  // When set, the softmax weight that each query of [first_weight_query, num_queries) gives each
+  // token, summed over those queries and all heads, is added to token_weights[token] (H2O,
+  // SnapKV). The kernels emit the scores as they compute them; only asking costs anything.
+  float* token_weights = nullptr;  // [num_context_tokens]
+  int first_weight_query = 0;
 };
 
 // Which kernel family runs. kAuto takes the best the CPU supports (cpu_features())

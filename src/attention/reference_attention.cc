@@ -13,18 +13,28 @@ std::vector<float> reference_attention(const ReferenceAttentionArgs& a) {
              a.num_queries, a.num_context_tokens);
   KVLM_CHECK(a.num_kv_heads >= 1 && a.num_heads % a.num_kv_heads == 0, "reference_attention: {} heads, {} kv heads",
              a.num_heads, a.num_kv_heads);
+  const int first_query_pos = a.num_context_tokens - a.num_queries;
+  KVLM_CHECK(a.num_sink_tokens >= 0 && a.window_begin >= 0 && a.window_begin <= first_query_pos,
+             "reference_attention: {} sink tokens, window_begin {}, first query at {}", a.num_sink_tokens,
+             a.window_begin, first_query_pos);
   const size_t D = static_cast<size_t>(a.head_dim);
+  const size_t T = static_cast<size_t>(a.num_context_tokens);
   const int group = a.num_heads / a.num_kv_heads;
   std::vector<float> out(static_cast<size_t>(a.num_queries) * a.num_heads * D);
-  std::vector<double> scores(static_cast<size_t>(a.num_context_tokens));
+  if (a.weights != nullptr) a.weights->assign(static_cast<size_t>(a.num_queries) * a.num_heads * T, 0.0);
+  std::vector<double> scores(T);
   std::vector<double> acc(D);
   for (int i = 0; i < a.num_queries; ++i) {
-    const int visible = a.num_context_tokens - a.num_queries + i + 1;
+    const int pos = first_query_pos + i;
+    auto visible = [&](int t) { return t <= pos && (t < a.num_sink_tokens || t >= a.window_begin); };
     for (int h = 0; h < a.num_heads; ++h) {
       const int kvh = h / group;
-      const float* q = a.q + (static_cast<size_t>(i) * a.num_heads + h) * D;
+      const size_t row = static_cast<size_t>(i) * a.num_heads + h;
       double max_score = -std::numeric_limits<double>::infinity();
-      for (int t = 0; t < visible; ++t) {
+      for (int t = 0; t <= pos; ++t) {
+        if (!visible(t)) continue;
+        const bool sink = t < a.num_sink_tokens && a.q_sink != nullptr;
+        const float* q = (sink ? a.q_sink : a.q) + row * D;
         const float* k = a.k + (static_cast<size_t>(t) * a.num_kv_heads + kvh) * D;
         double dot = 0.0;
         for (size_t d = 0; d < D; ++d) dot += static_cast<double>(q[d]) * static_cast<double>(k[d]);
@@ -33,14 +43,23 @@ std::vector<float> reference_attention(const ReferenceAttentionArgs& a) {
       }
       double sum = 0.0;
       std::fill(acc.begin(), acc.end(), 0.0);
-      for (int t = 0; t < visible; ++t) {
+      for (int t = 0; t <= pos; ++t) {
+        if (!visible(t)) continue;
+        // Kept unnormalized until the sum is known.
         const double w = std::exp(scores[static_cast<size_t>(t)] - max_score);
+        scores[static_cast<size_t>(t)] = w;
         sum += w;
         const float* v = a.v + (static_cast<size_t>(t) * a.num_kv_heads + kvh) * D;
         for (size_t d = 0; d < D; ++d) acc[d] += w * static_cast<double>(v[d]);
       }
-      float* o = out.data() + (static_cast<size_t>(i) * a.num_heads + h) * D;
+      float* o = out.data() + row * D;
       for (size_t d = 0; d < D; ++d) o[d] = static_cast<float>(acc[d] / sum);
+      if (a.weights != nullptr) {
+        double* w = a.weights->data() + row * T;
+        for (int t = 0; t <= pos; ++t) {
+          if (visible(t)) w[t] = scores[static_cast<size_t>(t)] / sum;
+        }
+      }
     }
   }
   return out;

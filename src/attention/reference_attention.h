@@ -6,8 +6,11 @@
 namespace kvlm {
 
 // Same semantics as PagedAttentionArgs, without pages or codecs: query i (the
-// last num_queries context tokens) sees tokens [0, num_context_tokens - num_queries + i],
-// query head h reads kv head h / (num_heads / num_kv_heads).
+// last num_queries context tokens) sits at position p = num_context_tokens - num_queries + i
+// and sees token t when t <= p and (t < num_sink_tokens or t >= window_begin); query
+// head h reads kv head h / (num_heads / num_kv_heads). A sink token (t < num_sink_tokens)
+// is scored with q_sink when given, else with q. The defaults (no sinks, window_begin 0)
+// are plain causal attention.
 struct ReferenceAttentionArgs {
   const float* q = nullptr;  // [num_queries, num_heads, head_dim]
   const float* k = nullptr;  // [num_context_tokens, num_kv_heads, head_dim]
@@ -18,6 +21,16 @@ struct ReferenceAttentionArgs {
   int num_kv_heads = 0;
   int head_dim = 0;
   float scale = 0.0f;
+
+  // Attention sinks and a sliding window (see PagedAttentionArgs). Tokens that no query
+  // sees are never read, so they may hold anything (NaN included).
+  int num_sink_tokens = 0;
+  int window_begin = 0;
+  const float* q_sink = nullptr;  // [num_queries, num_heads, head_dim] or nullptr
+
+  // When given, receives the softmax weights, zero for tokens a query does not see:
+  // resized to [num_queries, num_heads, num_context_tokens]. Each (query, head) row sums to 1.
+  std::vector<double>* weights = nullptr;
 };
 
 // Two passes per row (max, then exp-sum and weighted sum), all in double.

@@ -34,6 +34,24 @@ BlockId BlockTable::pop_block() {
   return last;
 }
 
+void BlockTable::erase_blocks(int first_block_idx, int count) {
+  KVLM_CHECK(count >= 0 && first_block_idx >= 0 && first_block_idx <= num_blocks() - count,
+             "erase_blocks [{}, {} + {}) outside the table's {} blocks", first_block_idx, first_block_idx, count,
+             num_blocks());
+  const int capacity_after = (num_blocks() - count) * block_size_;
+  KVLM_CHECK(num_tokens_ <= capacity_after, "erasing {} blocks at {} would drop tokens: {} tokens, capacity after {}",
+             count, first_block_idx, num_tokens_, capacity_after);
+  const auto first = block_ids_.begin() + first_block_idx;
+  block_ids_.erase(first, first + count);
+}
+
+void BlockTable::set_block(int block_idx, BlockId block) {
+  KVLM_CHECK(block_idx >= 0 && block_idx < num_blocks(), "block index {} out of range [0, {})", block_idx,
+             num_blocks());
+  KVLM_CHECK(block.valid(), "setting invalid block id {} at index {}", block.value, block_idx);
+  block_ids_[static_cast<size_t>(block_idx)] = block.value;
+}
+
 void BlockTable::set_num_tokens(int num_tokens) {
   KVLM_CHECK(num_tokens >= 0 && num_tokens <= capacity(), "num_tokens {} outside [0, capacity {}]", num_tokens,
              capacity());

@@ -38,10 +38,17 @@ class BlockTable {
   const int32_t* data() const { return block_ids_.data(); }  // [num_blocks]
   const std::vector<int32_t>& block_ids() const { return block_ids_; }
 
-  // Mutators for KvCacheManager.
+  // Mutators for KvCacheManager (which owns the reference counts behind these ids).
   void push_block(BlockId block);
   BlockId pop_block();
   void set_num_tokens(int num_tokens);
+  // Removes the ids at [first_block_idx, first_block_idx + count) and closes the gap, so
+  // the blocks after them move down by `count` (token eviction drops whole blocks from
+  // the middle of a sequence). The token count must already fit the smaller capacity:
+  // lower it with set_num_tokens first.
+  void erase_blocks(int first_block_idx, int count);
+  // Replaces the id at block_idx (a shared block swapped for a private copy before a write).
+  void set_block(int block_idx, BlockId block);
 
  private:
   int block_size_;

@@ -64,4 +64,64 @@ void KvCacheManager::free_sequence(SeqId seq) {
   tables_.erase(it);
 }
 
+void KvCacheManager::release_into(BlockId block, std::vector<BlockId>& freed) {
+  pool_.release(block);
+  if (pool_.ref_count(block) == 0) freed.push_back(block);
+}
+
+std::vector<BlockId> KvCacheManager::drop_blocks(SeqId seq, int first_block_idx, int count) {
+  BlockTable& t = mutable_table(seq);
+  const int num_full = t.num_tokens() / block_size_;
+  KVLM_CHECK(count >= 0 && first_block_idx >= 0 && first_block_idx <= num_full - count,
+             "sequence {}: drop_blocks [{}, {} + {}) is not inside its {} full blocks ({} tokens)", seq.value,
+             first_block_idx, first_block_idx, count, num_full, t.num_tokens());
+  std::vector<BlockId> dropped;
+  dropped.reserve(static_cast<size_t>(count));
+  for (int i = first_block_idx; i < first_block_idx + count; ++i) dropped.push_back(t.block(i));
+  t.set_num_tokens(t.num_tokens() - count * block_size_);
+  t.erase_blocks(first_block_idx, count);
+  std::vector<BlockId> freed;
+  for (auto it = dropped.rbegin(); it != dropped.rend(); ++it) release_into(*it, freed);
+  return freed;
+}
+
+std::vector<BlockId> KvCacheManager::truncate(SeqId seq, int num_tokens) {
+  BlockTable& t = mutable_table(seq);
+  KVLM_CHECK(num_tokens >= 0 && num_tokens <= t.num_tokens(), "sequence {}: truncate to {} tokens, it has {}",
+             seq.value, num_tokens, t.num_tokens());
+  t.set_num_tokens(num_tokens);
+  std::vector<BlockId> freed;
+  while (t.num_blocks() > blocks_for_tokens(num_tokens)) release_into(t.pop_block(), freed);
+  return freed;
+}
+
+SeqId KvCacheManager::fork_sequence(SeqId src) {
+  BlockTable copy = table(src);
+  for (int32_t id : copy.block_ids()) pool_.acquire(BlockId(id));
+  const SeqId seq(next_seq_id_++);
+  tables_.emplace(seq, std::move(copy));
+  return seq;
+}
+
+int KvCacheManager::block_ref_count(SeqId seq, int block_idx) const {
+  return pool_.ref_count(table(seq).block(block_idx));
+}
+
+Result<std::optional<BlockSwap>> KvCacheManager::make_block_exclusive(SeqId seq, int block_idx) {
+  BlockTable& t = mutable_table(seq);
+  const BlockId shared = t.block(block_idx);
+  if (pool_.ref_count(shared) <= 1) return std::optional<BlockSwap>();
+  const std::optional<BlockId> copy = pool_.allocate();
+  if (!copy) {
+    return Status::errorf(
+        "sequence {}: no free KV block to copy shared block {} (index {}, {} references) before writing to it; "
+        "all {} blocks are in use",
+        seq.value, shared.value, block_idx, pool_.ref_count(shared), pool_.num_blocks());
+  }
+  t.set_block(block_idx, *copy);
+  // Other tables still hold the shared block, so this never frees it.
+  pool_.release(shared);
+  return std::optional<BlockSwap>(BlockSwap{shared, *copy});
+}
+
 }  // namespace kvlm

@@ -4,7 +4,6 @@
 #include <chrono>
 
 #include "cache/kv_cache_manager.h"
-#include "engine/release_sequence.h"
 #include "kv/kv_storage.h"
 #include "model/llama_model.h"
 #include "reference/reference_forward.h"
@@ -56,28 +55,44 @@ Result<GenerationResult> Generator::generate(const std::vector<TokenId>& prompt,
     if (id < 0 || id >= config.vocab_size) return Status::errorf("prompt token {} is outside the vocabulary", id);
   }
   const int num_prompt = static_cast<int>(prompt.size());
-  if (num_prompt > config.context_length) {
-    return Status::errorf("the prompt has {} tokens, more than the model's context of {}", num_prompt,
-                          config.context_length);
+  KVLM_RETURN_IF_ERROR(validate_eviction_options(options.eviction));
+  const EvictionPolicy policy = options.eviction.policy;
+  // Only a contiguous window keeps every query within the budget of its keys; H2O and SnapKV keep
+  // old tokens at their text positions, so the model's context still bounds them.
+  const bool past_context_ok = policy == EvictionPolicy::kWindow || policy == EvictionPolicy::kStreaming;
+  if (num_prompt > config.context_length && !past_context_ok) {
+    return Status::errorf("the prompt has {} tokens, more than the model's context of {} (--policy window or "
+                          "streaming can run past it)",
+                          num_prompt, config.context_length);
   }
   if (options.max_tokens < 0) return Status::errorf("--max-tokens {} must be >= 0", options.max_tokens);
   if (options.block_size < 1 || options.block_size > 4096) {
     return Status::errorf("--block-size {} must be in [1, 4096]", options.block_size);
   }
   if (options.prefill_chunk < 1) return Status::error("prefill chunk must be positive");
+  if (options.verify && policy != EvictionPolicy::kNone) {
+    return Status::error("--verify compares with a full recomputation, which an evicting cache does not equal; "
+                         "drop --policy or --verify");
+  }
   KVLM_RETURN_IF_ERROR(options.sampler.validate());
 
   // The sequence may grow to `limit` tokens; the last one is sampled but never forwarded.
   const int64_t wanted = options.max_tokens == 0 ? config.context_length
                                                  : static_cast<int64_t>(num_prompt) + options.max_tokens;
-  const int limit = static_cast<int>(std::min<int64_t>(wanted, config.context_length));
+  const int64_t cap = past_context_ok ? (int64_t{1} << 30) : config.context_length;
+  const int limit = static_cast<int>(std::min<int64_t>(wanted, cap));
   const int capacity = std::max(limit, num_prompt);
-  const int num_blocks = (capacity + options.block_size - 1) / options.block_size;
+  const int full_blocks = (capacity + options.block_size - 1) / options.block_size;
+  const int num_blocks =
+      policy == EvictionPolicy::kNone
+          ? full_blocks
+          : std::min(full_blocks + 2, EvictingSequence::max_blocks(options.eviction, options.block_size,
+                                                                   options.prefill_chunk, capacity));
   const KvLayout layout{config.num_layers, config.num_kv_heads, config.head_dim, options.block_size};
   KVLM_ASSIGN_OR_RETURN(std::unique_ptr<KvStorage> storage,
                         KvStorage::create(layout, options.k_type, options.v_type, num_blocks, options.storage));
   KvCacheManager cache(num_blocks, options.block_size);
-  const SeqId seq = cache.create_sequence();
+  auto sequence = std::make_unique<EvictingSequence>(model_, cache, *storage, options.eviction);
 
   GenerationResult result;
   GenerationStats& stats = result.stats;
@@ -98,14 +113,9 @@ Result<GenerationResult> Generator::generate(const std::vector<TokenId>& prompt,
   const LogitsRows prefill_rows = options.verify ? LogitsRows::kAll : LogitsRows::kLast;
   const uint64_t kv_before = model_.kv_projections_computed();
 
-  auto run_step = [&](std::span<const TokenId> new_tokens, int num_cached, LogitsRows rows) -> Status {
-    if (!cache.reserve(seq, static_cast<int>(new_tokens.size()))) {
-      return Status::errorf("the KV pool ({} blocks) has no room for {} more tokens", num_blocks, new_tokens.size());
-    }
-    const std::vector<int32_t>& table = cache.table(seq).block_ids();  // unchanged until append()
-    model_.forward(SequenceStep{new_tokens, num_cached, table, rows}, *storage, pool_, logits);
-    cache.append(seq, static_cast<int>(new_tokens.size()));
-    stats.kv_blocks_peak = std::max(stats.kv_blocks_peak, cache.num_used_blocks());
+  auto run_step = [&](std::span<const TokenId> new_tokens, LogitsRows rows) -> Status {
+    KVLM_RETURN_IF_ERROR(sequence->forward(new_tokens, rows, pool_, logits));
+    stats.kv_blocks_peak = std::max(stats.kv_blocks_peak, sequence->stats().peak_blocks);
     stats.kv_staging_bytes_peak = std::max<uint64_t>(stats.kv_staging_bytes_peak, storage->staging_bytes());
     if (options.verify) step_logits.insert(step_logits.end(), logits.begin(), logits.end());
     return Status::ok_status();
@@ -115,12 +125,9 @@ Result<GenerationResult> Generator::generate(const std::vector<TokenId>& prompt,
   auto start = std::chrono::steady_clock::now();
   for (int done = 0; done < num_prompt;) {
     const int n = std::min(options.prefill_chunk, num_prompt - done);
-    Status s = run_step(std::span<const TokenId>(prompt).subspan(static_cast<size_t>(done), static_cast<size_t>(n)),
-                        done, prefill_rows);
-    if (!s.ok()) {
-      release_sequence(cache, *storage, seq);
-      return s;
-    }
+    KVLM_RETURN_IF_ERROR(
+        run_step(std::span<const TokenId>(prompt).subspan(static_cast<size_t>(done), static_cast<size_t>(n)),
+                 prefill_rows));
     done += n;
   }
   // Without a cache, the prompt is projected once too, but every decode step
@@ -139,20 +146,16 @@ Result<GenerationResult> Generator::generate(const std::vector<TokenId>& prompt,
     ++stats.generated_tokens;
     decoder.update(tokens);
     if (static_cast<int>(tokens.size()) >= limit) break;  // the last token needs no forward
-    const int num_cached = static_cast<int>(tokens.size()) - 1;
     stats.kv_projections_recompute += tokens.size();
-    Status s = run_step(std::span<const TokenId>(&tokens.back(), 1), num_cached, LogitsRows::kLast);
-    if (!s.ok()) {
-      release_sequence(cache, *storage, seq);
-      return s;
-    }
+    KVLM_RETURN_IF_ERROR(run_step(std::span<const TokenId>(&tokens.back(), 1), LogitsRows::kLast));
   }
   stats.decode_seconds = seconds_since(start);
   stats.kv_projections_cached = model_.kv_projections_computed() - kv_before;
   stats.kv_bytes_allocated = static_cast<uint64_t>(stats.kv_blocks_peak) * storage->bytes_per_block();
 
-  stats.kv_tokens_cached = cache.table(seq).num_tokens();
-  release_sequence(cache, *storage, seq);
+  stats.kv_tokens_cached = sequence->num_live();
+  stats.eviction = sequence->stats();
+  sequence.reset();  // ends the sequence: its blocks and staging go back
   stats.blocks_leaked = num_blocks - cache.num_free_blocks();
   result.text = decoder.text();
 

@@ -11,6 +11,8 @@
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "engine/sampler.h"
+#include "evict/evicting_sequence.h"
+#include "evict/eviction_options.h"
 #include "kv/kv_storage.h"
 #include "kv/kv_type.h"
 
@@ -30,6 +32,10 @@ struct GenerationOptions {
   int prefill_chunk = 256;       // prompt tokens per forward step (bounds scratch memory)
   bool stop_at_eos = true;       // EOS, or BOS appearing mid-stream (llama2.c's delimiter), ends generation
   bool verify = false;           // compare every step's logits with the no-cache reference forward
+  // Token eviction. With window or streaming, generation may run past the model's context:
+  // memory stays at the budget and no query is ever farther than the budget from a key
+  // (streaming's sinks are scored at positions within the cache).
+  EvictionOptions eviction;
 };
 
 struct GenerationStats {
@@ -46,7 +52,8 @@ struct GenerationStats {
   uint64_t kv_staging_bytes_peak = 0; // KIVI: peak f32 staging (tail + residual blocks) beside the blocks
   uint64_t kv_pool_bytes = 0;         // the whole arena reserved for the run
   int kv_blocks_peak = 0;
-  int kv_tokens_cached = 0;           // tokens whose K/V the cache held at the end
+  int kv_tokens_cached = 0;           // tokens whose K/V the cache held at the end (attention's view)
+  EvictionStats eviction;             // what the policy evicted, moved and copied
   int block_size = 0;
   int blocks_leaked = 0;              // blocks not back in the pool after the sequence ended (must be 0)
   bool verified = false;

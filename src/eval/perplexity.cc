@@ -7,6 +7,7 @@
 
 #include "cache/kv_cache_manager.h"
 #include "core/check.h"
+#include "evict/evicting_sequence.h"
 #include "engine/release_sequence.h"
 #include "kv/kv_storage.h"
 #include "model/llama_model.h"
@@ -87,7 +88,11 @@ Result<PerplexityResult> evaluate_perplexity(LlamaModel& model, ThreadPool& pool
   PerplexityResult result;
   result.plan = plan_windows(static_cast<int64_t>(tokens.size()), ctx, options.max_windows);
   result.num_text_tokens = static_cast<int64_t>(tokens.size());
-  const int num_blocks = (ctx + options.block_size - 1) / options.block_size;
+  KVLM_RETURN_IF_ERROR(validate_eviction_options(options.eviction));
+  const bool evicting = options.eviction.policy != EvictionPolicy::kNone;
+  const int num_blocks = evicting ? std::min(EvictingSequence::max_blocks(options.eviction, options.block_size, ctx, ctx),
+                                             (ctx + options.block_size - 1) / options.block_size + 2)
+                                  : (ctx + options.block_size - 1) / options.block_size;
   const KvLayout layout{config.num_layers, config.num_kv_heads, config.head_dim, options.block_size};
   KVLM_ASSIGN_OR_RETURN(std::unique_ptr<KvStorage> storage,
                         KvStorage::create(layout, options.k_type, options.v_type, num_blocks, options.storage));
@@ -110,6 +115,28 @@ Result<PerplexityResult> evaluate_perplexity(LlamaModel& model, ThreadPool& pool
     const auto begin = tokens.begin() + static_cast<ptrdiff_t>(w) * ctx;
     std::copy(begin, begin + ctx, window.begin());
     if (put_bos) window[0] = tok.bos_id();
+    // Row r of `logits` is position `done` + r; it predicts window[done + r + 1].
+    auto score = [&](int done, int n) -> Status {
+      for (int j = std::max(done, first); j < std::min(done + n, ctx - 1); ++j) {
+        const size_t r = static_cast<size_t>(j - done);
+        log_softmax(std::span<const float>(logits).subspan(r * vocab, vocab), log_probs);
+        const TokenId target = window[static_cast<size_t>(j + 1)];
+        nll.push_back(-log_probs[static_cast<size_t>(target)]);
+        if (on_scored) KVLM_RETURN_IF_ERROR(on_scored(log_probs, target));
+      }
+      return Status::ok_status();
+    };
+    if (evicting) {
+      EvictingSequence sequence(model, cache, *storage, options.eviction);
+      const std::span<const TokenId> all(window);
+      KVLM_RETURN_IF_ERROR(sequence.forward(all.first(static_cast<size_t>(first)), LogitsRows::kLast, pool, logits));
+      KVLM_RETURN_IF_ERROR(sequence.forward(all.subspan(static_cast<size_t>(first)), LogitsRows::kAll, pool, logits));
+      result.kv_blocks_peak = std::max(result.kv_blocks_peak, sequence.stats().peak_blocks);
+      result.kv_staging_bytes_peak = std::max<uint64_t>(result.kv_staging_bytes_peak, storage->staging_bytes());
+      result.eviction.add(sequence.stats());
+      KVLM_RETURN_IF_ERROR(score(first, ctx - first));
+      continue;
+    }
     const SeqId seq = cache.create_sequence();
     Status status = Status::ok_status();
     for (int done = 0; done < ctx && status.ok();) {
@@ -125,19 +152,7 @@ Result<PerplexityResult> evaluate_perplexity(LlamaModel& model, ThreadPool& pool
       cache.append(seq, n);
       result.kv_blocks_peak = std::max(result.kv_blocks_peak, cache.num_used_blocks());
       result.kv_staging_bytes_peak = std::max<uint64_t>(result.kv_staging_bytes_peak, storage->staging_bytes());
-      if (rows == LogitsRows::kAll) {
-        // Row r is position done + r; it predicts window[done + r + 1].
-        for (int j = std::max(done, first); j < std::min(done + n, ctx - 1); ++j) {
-          const size_t r = static_cast<size_t>(j - done);
-          log_softmax(std::span<const float>(logits).subspan(r * vocab, vocab), log_probs);
-          const TokenId target = window[static_cast<size_t>(j + 1)];
-          nll.push_back(-log_probs[static_cast<size_t>(target)]);
-          if (on_scored) {
-            status = on_scored(log_probs, target);
-            if (!status.ok()) break;
-          }
-        }
-      }
+      if (rows == LogitsRows::kAll) status = score(done, n);
       done += n;
     }
     release_sequence(cache, *storage, seq);

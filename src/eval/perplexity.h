@@ -10,6 +10,8 @@
 #include "core/ids.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "evict/evicting_sequence.h"
+#include "evict/eviction_options.h"
 #include "kv/kv_storage.h"
 #include "kv/kv_type.h"
 
@@ -60,6 +62,10 @@ struct PerplexityOptions {
   int block_size = 16;
   int max_windows = 0;     // 0 = every complete window
   int prefill_chunk = 512; // tokens per forward; results do not depend on it beyond float noise
+  // With a policy, each window runs through an EvictingSequence: its unscored first half is fed
+  // as one prompt, then the scored half; the policy keeps at most its budget throughout (SnapKV:
+  // the prompt runs whole and is compressed to the budget before the scored half).
+  EvictionOptions eviction;
 };
 
 struct PerplexityResult {
@@ -71,6 +77,7 @@ struct PerplexityResult {
   uint64_t kv_bytes_peak = 0;        // peak blocks in use x bytes per block, from the live pool
   uint64_t kv_staging_bytes_peak = 0;  // KIVI: peak f32 staging (tail + residual blocks) beside the blocks
   int kv_blocks_peak = 0;
+  EvictionStats eviction;            // summed over the windows (zero without a policy)
   double seconds = 0;
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <memory>
 
 #include "core/check.h"
@@ -76,6 +77,39 @@ Result<StreamResult> evaluate_stream(LlamaModel& model, ThreadPool& pool, std::s
       result.segments.push_back(s);
     }
     pos = end;
+  }
+
+  if (options.in_context_reference) {
+    // ref_nll[p]: the prediction at position p, made with a fresh cache over at most trained_ctx tokens.
+    std::vector<double> ref_nll(static_cast<size_t>(num_rows));
+    const int64_t piece = std::max<int64_t>(1, result.trained_ctx / 2);
+    EvalCacheRequest full_request;
+    full_request.options = options.cache;
+    full_request.max_tokens = std::max<int64_t>(1, std::min<int64_t>(n, result.trained_ctx));
+    KVLM_ASSIGN_OR_RETURN(std::unique_ptr<EvalSequenceCache> full, make_full_eval_cache(model, pool, full_request));
+    for (int64_t a = 0; a < num_rows; a += piece) {
+      const int64_t b = std::min(num_rows, a + piece);
+      const int64_t first = std::max<int64_t>(0, b - result.trained_ctx);
+      full->reset();
+      for (int64_t pos = first; pos < b;) {
+        const int64_t end = std::min(b, pos + options.chunk);
+        full->forward(stream.subspan(static_cast<size_t>(pos), static_cast<size_t>(end - pos)), LogitsRows::kAll,
+                      logits);
+        for (int64_t p = std::max(pos, a); p < end; ++p) {
+          log_softmax(std::span<const float>(logits).subspan(static_cast<size_t>(p - pos) * vocab, vocab), log_probs);
+          ref_nll[static_cast<size_t>(p)] = -log_probs[static_cast<size_t>(stream[static_cast<size_t>(p + 1)])];
+        }
+        pos = end;
+      }
+    }
+    const std::span<const double> ref(ref_nll);
+    result.reference = perplexity_from_nll(ref);
+    result.max_segment_excess = -std::numeric_limits<double>::infinity();
+    for (StreamSegment& s : result.segments) {
+      s.reference = perplexity_from_nll(ref.subspan(static_cast<size_t>(s.first_position),
+                                                    static_cast<size_t>(s.end_position - s.first_position)));
+      result.max_segment_excess = std::max(result.max_segment_excess, s.stats.ppl / s.reference.ppl - 1.0);
+    }
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 

@@ -27,6 +27,12 @@ struct StreamOptions {
   int trained_ctx = 0;      // positions >= this are past the context; 0 = the GGUF's context_length
   EvalCacheOptions cache;
   EvalCacheFactory make_cache;  // empty: the full cache (pool sized for num_tokens)
+  // Also score every prediction in context, as the yardstick for the stream's: the stream is cut
+  // into pieces of trained_ctx / 2 positions, and each piece runs from a fresh full cache that
+  // starts trained_ctx positions before the piece ends, so every prediction sees between
+  // trained_ctx / 2 and trained_ctx preceding tokens (fewer only at the very start) at positions
+  // inside the trained context. Costs about twice the stream's forwards, none of them long.
+  bool in_context_reference = false;
 };
 
 struct StreamSegment {
@@ -34,6 +40,7 @@ struct StreamSegment {
   int64_t first_position = 0;  // positions of the predicting rows: [first_position, end_position)
   int64_t end_position = 0;    // the targets are the tokens at [first_position + 1, end_position + 1)
   PerplexityStats stats;       // count, mean NLL (+ stderr), PPL of this segment's predictions
+  PerplexityStats reference;   // the same predictions in context (in_context_reference), else empty
   int64_t num_past_context = 0;  // predictions made at positions >= trained_ctx
   int64_t kv_cached_tokens = 0;  // slots the cache held when the segment's last row was computed
   int kv_blocks = 0;             // blocks of the live pool held then
@@ -47,6 +54,10 @@ struct StreamResult {
   PerplexityStats overall;       // all num_tokens - 1 predictions
   PerplexityStats in_context;    // predictions at positions < trained_ctx
   PerplexityStats past_context;  // predictions at positions >= trained_ctx (count 0 when none)
+  PerplexityStats reference;     // all predictions in context (in_context_reference), else empty
+  // Largest segment PPL / its reference PPL - 1 over segments (in_context_reference): how far
+  // the stream ever strays from in-context quality on the same text.
+  double max_segment_excess = 0;
   uint64_t kv_bytes_per_block = 0;
   uint64_t kv_bytes_peak = 0;    // largest kv_bytes over the run (measured after every forward)
   double seconds = 0;

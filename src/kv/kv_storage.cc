@@ -4,12 +4,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <new>
 #include <optional>
 #include <string>
 #include <utility>
 
 #include "core/check.h"
+#include "kv/kv_block_format.h"
 
 namespace kvlm {
 namespace {
@@ -155,12 +157,7 @@ void KvStorage::write_token(int layer, BlockId block, int slot_in_block, const f
 float* KvStorage::stage(Staging& staging, const KvCodec& codec, int layer, BlockId block, std::byte* encoded) {
   float*& rows = staging.block_rows[static_cast<size_t>(layer)][static_cast<size_t>(block.value)];
   if (rows != nullptr) return rows;
-  if (free_staging_.empty()) {
-    staging_buffers_.push_back(std::make_unique<float[]>(staging_floats()));
-    free_staging_.push_back(staging_buffers_.back().get());
-  }
-  rows = free_staging_.back();
-  free_staging_.pop_back();
+  rows = take_staging_buffer();
   // The block may hold tokens already (a rewrite): keep them readable.
   const size_t width = layout_.values_per_token();
   for (int slot = 0; slot < layout_.block_size; ++slot) {
@@ -310,6 +307,238 @@ const std::byte* KvStorage::v_arena(int layer) const {
 size_t KvStorage::bytes_per_token() const {
   const size_t bs = static_cast<size_t>(layout_.block_size);
   return (bytes_per_block() + bs - 1) / bs;
+}
+
+// ---- Copies and compaction ----
+
+KvStorage::RoleRef KvStorage::role(KvRole which) {
+  if (which == KvRole::kKey) return RoleRef{&k_staging_, k_codec_, &k_arenas_, k_block_bytes_};
+  return RoleRef{&v_staging_, v_codec_, &v_arenas_, v_block_bytes_};
+}
+
+float* KvStorage::staged_rows(const RoleRef& r, int layer, BlockId block) const {
+  if (!r.staging->enabled) return nullptr;
+  return r.staging->block_rows[static_cast<size_t>(layer)][static_cast<size_t>(block.value)];
+}
+
+float* KvStorage::take_staging_buffer() {
+  if (free_staging_.empty()) {
+    staging_buffers_.push_back(std::make_unique<float[]>(staging_floats()));
+    free_staging_.push_back(staging_buffers_.back().get());
+  }
+  float* rows = free_staging_.back();
+  free_staging_.pop_back();
+  return rows;
+}
+
+void KvStorage::drop_staging(const RoleRef& r, int layer, BlockId block) {
+  if (!r.staging->enabled) return;
+  float*& rows = r.staging->block_rows[static_cast<size_t>(layer)][static_cast<size_t>(block.value)];
+  if (rows == nullptr) return;
+  free_staging_.push_back(rows);
+  rows = nullptr;
+}
+
+void KvStorage::read_role_token(const RoleRef& r, int layer, BlockId block, int slot, float* out) {
+  const size_t width = layout_.values_per_token();
+  if (const float* rows = staged_rows(r, layer, block)) {
+    const float* row = rows + static_cast<size_t>(slot) * width;
+    std::copy(row, row + width, out);
+  } else {
+    r.codec->decode_token(layout_, encoded(r, layer, block), slot, out);
+  }
+}
+
+void KvStorage::copy_encoded_row(const RoleRef& r, int layer, BlockId src, int src_slot, BlockId dst,
+                                 int dst_slot) {
+  const KvType type = r.codec->type();
+  const KvRole which = r.codec->role();
+  KVLM_CHECK(!r.codec->encodes_whole_blocks(), "{} {} rows cannot be copied alone", kv_type_name(type),
+             which == KvRole::kKey ? "key" : "value");
+  const int dim = layout_.head_dim;
+  const int bs = layout_.block_size;
+  // Per kv head region (kv_block_format.h): [block_size] rows of codes, then [block_size]
+  // per-token metadata records (none for plain types).
+  const size_t head = kv_format::head_bytes(type, which, dim, bs);
+  const size_t codes = kv_format::head_code_bytes(type, dim, bs);
+  const size_t row = kv_format::row_code_bytes(dim, kv_format::bits(type));
+  const size_t meta = kv_format::head_meta_bytes(type, which, dim, bs) / static_cast<size_t>(bs);
+  const std::byte* s = encoded(r, layer, src);
+  std::byte* d = encoded(r, layer, dst);
+  const size_t ss = static_cast<size_t>(src_slot), ds = static_cast<size_t>(dst_slot);
+  for (size_t h = 0; h < static_cast<size_t>(layout_.num_kv_heads); ++h) {
+    std::memmove(d + h * head + ds * row, s + h * head + ss * row, row);
+    if (meta > 0) std::memmove(d + h * head + codes + ds * meta, s + h * head + codes + ss * meta, meta);
+  }
+}
+
+void KvStorage::copy_block(BlockId src, BlockId dst) {
+  check_address(0, src);
+  check_address(0, dst);
+  if (src == dst) return;
+  for (KvRole which : {KvRole::kKey, KvRole::kValue}) {
+    const RoleRef r = role(which);
+    for (int layer = 0; layer < layout_.num_layers; ++layer) {
+      std::memcpy(encoded(r, layer, dst), encoded(r, layer, src), r.block_bytes);
+      if (!r.staging->enabled) continue;
+      const float* src_rows = staged_rows(r, layer, src);
+      if (src_rows == nullptr) {
+        drop_staging(r, layer, dst);  // dst now reads src's encoding
+        continue;
+      }
+      float*& dst_rows = r.staging->block_rows[static_cast<size_t>(layer)][static_cast<size_t>(dst.value)];
+      if (dst_rows == nullptr) dst_rows = take_staging_buffer();
+      std::copy(src_rows, src_rows + staging_floats(), dst_rows);
+    }
+  }
+}
+
+void KvStorage::copy_token(BlockId src_block, int src_slot, BlockId dst_block, int dst_slot) {
+  check_address(0, src_block);
+  check_address(0, dst_block);
+  const int bs = layout_.block_size;
+  KVLM_CHECK(src_slot >= 0 && src_slot < bs && dst_slot >= 0 && dst_slot < bs,
+             "copy_token slots {} -> {} out of range [0, {})", src_slot, dst_slot, bs);
+  if (src_block == dst_block && src_slot == dst_slot) return;
+  std::vector<float> token;  // [num_kv_heads, head_dim], only for the staged path
+  for (KvRole which : {KvRole::kKey, KvRole::kValue}) {
+    const RoleRef r = role(which);
+    for (int layer = 0; layer < layout_.num_layers; ++layer) {
+      const bool staged = staged_rows(r, layer, src_block) != nullptr || staged_rows(r, layer, dst_block) != nullptr;
+      if (!r.codec->encodes_whole_blocks() && !staged) {
+        copy_encoded_row(r, layer, src_block, src_slot, dst_block, dst_slot);
+        continue;
+      }
+      token.resize(layout_.values_per_token());
+      read_role_token(r, layer, src_block, src_slot, token.data());
+      float* rows = stage(*r.staging, *r.codec, layer, dst_block, encoded(r, layer, dst_block));
+      std::copy(token.begin(), token.end(), rows + static_cast<size_t>(dst_slot) * token.size());
+    }
+  }
+}
+
+void KvStorage::compact(std::span<const int32_t> block_table, std::span<const int> kept_tokens) {
+  const int bs = layout_.block_size;
+  const int64_t capacity = static_cast<int64_t>(block_table.size()) * bs;
+  const int num_kept = static_cast<int>(kept_tokens.size());
+  int first_moved = num_kept;
+  for (int i = 0; i < num_kept; ++i) {
+    const int t = kept_tokens[static_cast<size_t>(i)];
+    KVLM_CHECK(t >= 0 && t < capacity, "compact: kept token {} (#{}) outside the table's {} slots", t, i, capacity);
+    KVLM_CHECK(i == 0 || t > kept_tokens[static_cast<size_t>(i) - 1],
+               "compact: kept tokens must be strictly increasing, #{} is {} after {}", i, t,
+               kept_tokens[static_cast<size_t>(i) - 1]);
+    if (t != i && first_moved == num_kept) first_moved = i;
+  }
+  for (int32_t id : block_table) check_address(0, BlockId(id));
+  for (KvRole which : {KvRole::kKey, KvRole::kValue}) {
+    const RoleRef r = role(which);
+    for (int layer = 0; layer < layout_.num_layers; ++layer) {
+      if (r.staging->enabled) {
+        compact_staged_role(r, layer, block_table, kept_tokens, first_moved);
+        // A no-op after compact_staged_role; it states the state the blocks must be in.
+        seal_full_blocks(layer, block_table.data(), num_kept);
+        continue;
+      }
+      // kept[i] >= i, and every later source lies after slot i, so moving in increasing i
+      // never overwrites a token that is still to be moved.
+      for (int i = first_moved; i < num_kept; ++i) {
+        const int t = kept_tokens[static_cast<size_t>(i)];
+        copy_encoded_row(r, layer, BlockId(block_table[static_cast<size_t>(t / bs)]), t % bs,
+                         BlockId(block_table[static_cast<size_t>(i / bs)]), i % bs);
+      }
+    }
+  }
+}
+
+// One KIVI role of one layer. With n = kept_tokens.size(), the residual window of the new
+// length wants blocks [0, sealed_end) sealed and [sealed_end, num_blocks) staged. Token i's
+// source lies in block kept[i] / bs >= i / bs, so destination blocks can be filled in
+// increasing order, each from itself and later blocks only.
+void KvStorage::compact_staged_role(const RoleRef& r, int layer, std::span<const int32_t> block_table,
+                                    std::span<const int> kept_tokens, int first_moved) {
+  const int bs = layout_.block_size;
+  const size_t width = layout_.values_per_token();
+  const int num_kept = static_cast<int>(kept_tokens.size());
+  const int num_blocks = (num_kept + bs - 1) / bs;
+  const int sealed_end = std::max(0, num_kept / bs - residual_blocks());
+  // Blocks before it keep every token in place; past it every kept token moves (kept is
+  // strictly increasing, so once kept[i] > i, kept[i'] > i' for every later i').
+  const int first_block = first_moved == num_kept ? num_blocks : first_moved / bs;
+  auto block = [&](int idx) { return BlockId(block_table[static_cast<size_t>(idx)]); };
+  auto source = [&](int i) { return kept_tokens[static_cast<size_t>(i)]; };
+
+  // Untouched blocks that the shorter window leaves behind: sealed as seal_full_blocks would.
+  for (int j = 0; j < std::min(first_block, sealed_end); ++j) {
+    seal(*r.staging, *r.codec, layer, block(j), encoded(r, layer, block(j)));
+  }
+
+  // Blocks outside the new window: every slot holds a kept token (j < n / bs).
+  std::vector<float> scratch;
+  for (int j = first_block; j < sealed_end; ++j) {
+    const BlockId dst = block(j);
+    if (r.codec->encodes_whole_blocks()) {
+      // Keys: per channel over the block, so the block is encoded anew from its tokens' f32.
+      scratch.resize(staging_floats());
+      for (int slot = 0; slot < bs; ++slot) {
+        const int t = source(j * bs + slot);
+        read_role_token(r, layer, block(t / bs), t % bs, scratch.data() + static_cast<size_t>(slot) * width);
+      }
+      r.codec->encode_block(layout_, scratch.data(), encoded(r, layer, dst));
+      drop_staging(r, layer, dst);
+      continue;
+    }
+    // Values: per token. Into a staged block (not left by seal_full_blocks, but possible)
+    // write the rows and seal; into a sealed one copy sealed rows exactly and encode staged
+    // ones as sealing their block would.
+    float* dst_rows = staged_rows(r, layer, dst);
+    for (int slot = 0; slot < bs; ++slot) {
+      const int i = j * bs + slot;
+      const int t = source(i);
+      if (t == i) continue;
+      const BlockId src = block(t / bs);
+      const float* src_rows = staged_rows(r, layer, src);
+      if (dst_rows != nullptr) {
+        read_role_token(r, layer, src, t % bs, dst_rows + static_cast<size_t>(slot) * width);
+      } else if (src_rows != nullptr) {
+        r.codec->encode_token(layout_, src_rows + static_cast<size_t>(t % bs) * width, encoded(r, layer, dst), slot);
+      } else {
+        copy_encoded_row(r, layer, src, t % bs, dst, slot);
+      }
+    }
+    if (dst_rows != nullptr) seal(*r.staging, *r.codec, layer, dst, encoded(r, layer, dst));
+  }
+
+  // Blocks inside the new window end staged. Gather all their tokens first, so that staged
+  // blocks after the new end (sources) can give their buffers back before these take theirs.
+  const int first_window = std::max(first_block, sealed_end);
+  if (first_window >= num_blocks) return;
+  scratch.assign(static_cast<size_t>(num_blocks - first_window) * staging_floats(), 0.0f);
+  int num_new_buffers = 0;
+  for (int j = first_window; j < num_blocks; ++j) {
+    float* out = scratch.data() + static_cast<size_t>(j - first_window) * staging_floats();
+    for (int slot = 0; slot < bs; ++slot) {
+      const int i = j * bs + slot;
+      // Slots past the new end keep what they hold, as a rewrite of a sealed block does.
+      const int t = i < num_kept ? source(i) : i;
+      read_role_token(r, layer, block(t / bs), t % bs, out + static_cast<size_t>(slot) * width);
+    }
+    num_new_buffers += staged_rows(r, layer, block(j)) == nullptr ? 1 : 0;
+  }
+  // As many staged blocks after the new end give their buffers back as the window takes,
+  // earliest first: a partial tail block, which would encode its unwritten slots too, last.
+  for (size_t idx = static_cast<size_t>(num_blocks); idx < block_table.size() && num_new_buffers > 0; ++idx) {
+    const BlockId b(block_table[idx]);
+    if (staged_rows(r, layer, b) == nullptr) continue;
+    seal(*r.staging, *r.codec, layer, b, encoded(r, layer, b));
+    --num_new_buffers;
+  }
+  for (int j = first_window; j < num_blocks; ++j) {
+    float*& rows = r.staging->block_rows[static_cast<size_t>(layer)][static_cast<size_t>(block(j).value)];
+    if (rows == nullptr) rows = take_staging_buffer();
+    const float* in = scratch.data() + static_cast<size_t>(j - first_window) * staging_floats();
+    std::copy(in, in + staging_floats(), rows);
+  }
 }
 
 }  // namespace kvlm

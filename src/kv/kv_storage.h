@@ -103,6 +103,55 @@ class KvStorage {
   // sequence to bytes_per_token() × tokens for a KIVI cache's footprint.
   size_t residual_bytes_per_sequence() const;
 
+  // Copying and moving tokens: copy-on-write of shared blocks (copy_block) and token
+  // eviction (copy_token, compact). All of them cover every layer, K and V. What stays
+  // bit-exact (the destination decodes to exactly what the source decoded to):
+  //   - copy_block: always, staging included.
+  //   - copy_token / compact, per-token codecs (f32, f16, bf16, fp8, int8, int4, and KIVI
+  //     values between two sealed blocks): the encoded row and its per-token scale/min are
+  //     copied, per kv head.
+  //   - copy_token into a staged KIVI destination (any KIVI role where the source or the
+  //     destination is staged, and KIVI keys always): the source is decoded to f32 and
+  //     written as write_token does (a sealed destination is staged again first). It reads
+  //     back exactly until the destination block is sealed; sealing then re-encodes it,
+  //     within the codec's bound (kv_codec.h) of what was copied.
+  //   - compact, KIVI roles: see there.
+
+  // Makes block dst a copy of block src in every layer, K and V: the encoded bytes and the
+  // KIVI staging state (a staged src makes dst staged with a copy of its rows; a sealed src
+  // makes a staged dst give its buffer back and take src's encoding). For
+  // KvCacheManager::make_block_exclusive's swap, before the caller writes into dst.
+  void copy_block(BlockId src, BlockId dst);
+  // Copies one token's K and V, every layer, from (src_block, src_slot) to (dst_block,
+  // dst_slot); exact or re-encoded as listed above. The other slots of dst keep their
+  // contents. dst must not be shared with another sequence.
+  void copy_token(BlockId src_block, int src_slot, BlockId dst_block, int dst_slot);
+  // Token eviction's compaction of one sequence: moves token kept_tokens[i] to token index i
+  // (block_table[i / block_size], slot i % block_size) in every layer, K and V, so the kept
+  // tokens become the sequence's first kept_tokens.size() tokens, in order. kept_tokens
+  // are strictly increasing token indices inside the table; tokens that stay put are not
+  // touched. The caller then truncates the sequence to kept_tokens.size() tokens
+  // (KvCacheManager::truncate) and releases the freed ids (release_blocks).
+  // Precondition (the caller's, not checked): every block that receives a token is
+  // exclusive to this sequence (make_block_exclusive + copy_block first); blocks after the
+  // new end are only read, so they may still be shared.
+  // Per-token codecs move rows exactly (as copy_token). KIVI roles are rebuilt block by
+  // block as the residual window of the new length wants them: destination blocks outside
+  // the window are encoded (keys: re-encoded per channel over their new tokens, within the
+  // codec's bound of what the tokens read before; values: their sealed rows copied exactly,
+  // staged rows encoded as sealing would); blocks inside the window end up staged and read
+  // back exactly what the tokens read before. Afterwards the blocks are as
+  // seal_full_blocks(layer, table, kept_tokens.size()) leaves them. The staging this
+  // sequence holds never exceeds, per layer and role, the larger of what it held before and
+  // residual_blocks() + 1 blocks (so a sequence within residual_bytes_per_sequence() stays
+  // within it): for each window block that needs a staging buffer, one staged block after
+  // the new end is sealed first, earliest first. Its encoding stays readable for a sequence
+  // that shares it; but a shared partial tail block sealed this way encodes its unwritten
+  // slots too, which can widen its per-channel key ranges, so the sharer's tail loses some
+  // precision (exclusive blocks after the new end are freed by the caller anyway).
+  // Temporary memory: up to (residual_blocks() + 1) blocks of f32 per KIVI role.
+  void compact(std::span<const int32_t> block_table, std::span<const int> kept_tokens);
+
   // Raw encoded blocks for kernels: k_block_bytes() bytes each, layout defined by k_codec().
   const std::byte* k_block(int layer, BlockId block) const;
   const std::byte* v_block(int layer, BlockId block) const;
@@ -151,6 +200,28 @@ class KvStorage {
     bool enabled = false;
     std::vector<std::vector<float*>> block_rows;  // [num_layers][num_blocks]: staging buffer or nullptr
   };
+  // One role (K or V) of the storage, so that copies and compaction handle both alike.
+  struct RoleRef {
+    Staging* staging;
+    const KvCodec* codec;
+    std::vector<Arena>* arenas;
+    size_t block_bytes;
+  };
+  RoleRef role(KvRole which);
+  std::byte* encoded(const RoleRef& r, int layer, BlockId block) {
+    return (*r.arenas)[static_cast<size_t>(layer)].get() + static_cast<size_t>(block.value) * r.block_bytes;
+  }
+  // The block's staging rows, nullptr when sealed or the role is not staged.
+  float* staged_rows(const RoleRef& r, int layer, BlockId block) const;
+  float* take_staging_buffer();
+  // Returns a staged block's buffer to the free list without encoding it.
+  void drop_staging(const RoleRef& r, int layer, BlockId block);
+  // Decodes one token of one role to f32 (staging rows or arena).  out: [num_kv_heads, head_dim]
+  void read_role_token(const RoleRef& r, int layer, BlockId block, int slot, float* out);
+  // Copies the encoded row and per-token metadata of every kv head (codecs that encode per token).
+  void copy_encoded_row(const RoleRef& r, int layer, BlockId src, int src_slot, BlockId dst, int dst_slot);
+  void compact_staged_role(const RoleRef& r, int layer, std::span<const int32_t> block_table,
+                           std::span<const int> kept_tokens, int first_moved);
   size_t staging_floats() const { return layout_.values_per_token() * static_cast<size_t>(layout_.block_size); }
   float* stage(Staging& staging, const KvCodec& codec, int layer, BlockId block, std::byte* encoded);
   void seal(Staging& staging, const KvCodec& codec, int layer, BlockId block, std::byte* encoded);

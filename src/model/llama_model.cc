@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "attention/paged_attention.h"
 #include "core/check.h"
@@ -59,10 +60,19 @@ void LlamaModel::forward(const SequenceStep& step, KvStorage& cache, ThreadPool&
   KVLM_CHECK(static_cast<int64_t>(step.block_table.size()) * block_size >= num_context,
              "block table of {} blocks cannot hold {} tokens", step.block_table.size(), num_context);
 
+  const int64_t first_position = step.first_position >= 0 ? step.first_position : step.num_cached_tokens;
+  // Once tokens were evicted, a query's position within the cache trails its text position.
+  const bool sink_queries = step.num_sink_tokens > 0 && step.first_sink_query_position != first_position;
+  KVLM_CHECK(first_position + n <= int64_t{std::numeric_limits<Position>::max()}, "position {} is too large",
+             first_position + n);
+  KVLM_CHECK(step.slot_weights == nullptr || (step.num_weight_queries >= 1 && step.num_weight_queries <= n),
+             "{} weight queries in a step of {} tokens", step.num_weight_queries, n);
+
   x_.resize(static_cast<size_t>(n * c.dim));
   xn_.resize(x_.size());
   proj_.resize(x_.size());
   q_.resize(static_cast<size_t>(n * c.q_dim()));
+  if (sink_queries) q_sink_.resize(q_.size());
   att_.resize(q_.size());
   k_.resize(static_cast<size_t>(n * c.kv_dim()));
   v_.resize(k_.size());
@@ -95,11 +105,16 @@ void LlamaModel::forward(const SequenceStep& step, KvStorage& cache, ThreadPool&
     add_bias(v_.data(), w.bv, n);
 
     // Keys are stored already rotated with their position, so cached keys never need work again.
+    if (sink_queries) std::copy(q_.begin(), q_.end(), q_sink_.begin());
     pool.parallel_for(n, 8, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
-        const Position pos = static_cast<Position>(step.num_cached_tokens + t);
+        const Position pos = static_cast<Position>(first_position + t);
         rope_apply(c.rope, &q_[static_cast<size_t>(t * c.q_dim())], c.num_heads, pos);
         rope_apply(c.rope, &k_[static_cast<size_t>(t * c.kv_dim())], c.num_kv_heads, pos);
+        if (sink_queries) {
+          rope_apply(c.rope, &q_sink_[static_cast<size_t>(t * c.q_dim())], c.num_heads,
+                     static_cast<Position>(step.first_sink_query_position + t));
+        }
       }
     });
     // KIVI encodes each block as the residual window leaves it (the write is all there is for other codecs).
@@ -116,6 +131,11 @@ void LlamaModel::forward(const SequenceStep& step, KvStorage& cache, ThreadPool&
     args.q = q_.data();
     args.out = att_.data();
     args.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    args.num_sink_tokens = step.num_sink_tokens;
+    args.window_begin = step.window_begin;
+    args.q_sink = sink_queries ? q_sink_.data() : nullptr;
+    args.token_weights = step.slot_weights;  // summed over layers, as it accumulates
+    args.first_weight_query = step.slot_weights != nullptr ? static_cast<int>(n) - step.num_weight_queries : 0;
     paged_attention(args, pool);
 
     matmul(w.wo, att_.data(), proj_.data(), n, pool);

@@ -26,11 +26,29 @@ enum class LogitsRows {
 };
 
 // One forward step of one sequence: new tokens appended after the tokens already cached.
+// Without eviction a token's slot in the cache and its position in the text are the same
+// number. An evicting cache (evict/) separates them: slots are where K/V live in the block
+// table (evicted slots may sit between the sinks and the window), positions are what RoPE
+// rotates with. See docs/ARCHITECTURE.md, "Positions under eviction".
 struct SequenceStep {
-  std::span<const TokenId> tokens;      // [num_new]; token i sits at position num_cached_tokens + i
-  int num_cached_tokens = 0;            // tokens already in this sequence's cache
+  std::span<const TokenId> tokens;      // [num_new]; token i goes to slot num_cached_tokens + i
+  int num_cached_tokens = 0;            // slots already in this sequence's block table (live or evicted)
   std::span<const int32_t> block_table; // must already cover num_cached_tokens + num_new slots
   LogitsRows logits_rows = LogitsRows::kLast;
+
+  // Token i's position in the text, which its query and key are rotated with; -1 = its slot.
+  int64_t first_position = -1;
+  // Attention sinks and window (PagedAttentionArgs): slots [0, num_sink_tokens) and
+  // [window_begin, ...) are visible, the ones between are evicted. With sinks, once tokens were
+  // evicted (first_sink_query_position != first_position), each query is rotated a second time,
+  // at first_sink_query_position + i, its position within the cache, to score the sinks.
+  int num_sink_tokens = 0;
+  int window_begin = 0;
+  int64_t first_sink_query_position = 0;
+  // When set, the attention weights the last num_weight_queries tokens of the step give each
+  // slot, summed over those queries, all heads and all layers, are added here (H2O, SnapKV).
+  float* slot_weights = nullptr;        // [num_cached_tokens + num_new]
+  int num_weight_queries = 0;
 };
 
 class LlamaModel {
@@ -64,6 +82,7 @@ class LlamaModel {
   std::vector<float> x_;        // [n, dim] residual stream
   std::vector<float> xn_;       // [n, dim] normalized
   std::vector<float> q_;        // [n, q_dim]
+  std::vector<float> q_sink_;   // [n, q_dim] the queries rotated at their positions within the cache
   std::vector<float> k_;        // [n, kv_dim]
   std::vector<float> v_;        // [n, kv_dim]
   std::vector<float> att_;      // [n, q_dim]

@@ -61,6 +61,12 @@ void add_bias_ref(std::vector<double>& x, const std::vector<float>& bias) {
 }  // namespace
 
 std::vector<double> reference_logits(const ModelConfig& c, const LlamaWeights& w, std::span<const TokenId> tokens) {
+  return reference_logits(c, w, tokens, ReferenceVisibility{});
+}
+
+std::vector<double> reference_logits(const ModelConfig& c, const LlamaWeights& w, std::span<const TokenId> tokens,
+                                     const ReferenceVisibility& visibility, std::vector<double>* weight_sums,
+                                     int64_t first_weight_query) {
   const int64_t n = static_cast<int64_t>(tokens.size());
   const int64_t dim = c.dim, hd = c.head_dim, q_dim = c.q_dim(), kv_dim = c.kv_dim();
   std::vector<double> x(static_cast<size_t>(n * dim));  // [n, dim]
@@ -72,6 +78,7 @@ std::vector<double> reference_logits(const ModelConfig& c, const LlamaWeights& w
     std::copy(row.begin(), row.end(), x.begin() + t * dim);
   }
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  if (weight_sums != nullptr) weight_sums->assign(static_cast<size_t>(n), 0.0);
   for (const LlamaLayerWeights& L : w.layers) {
     std::vector<double> xn = rms_norm_ref(x, L.attn_norm, n, c.rms_eps);
     std::vector<double> q = matmul_ref(L.wq, xn, n);  // [n, q_dim]
@@ -80,6 +87,7 @@ std::vector<double> reference_logits(const ModelConfig& c, const LlamaWeights& w
     add_bias_ref(q, L.bq);
     add_bias_ref(k, L.bk);
     add_bias_ref(v, L.bv);
+    const std::vector<double> q_unrotated = q;  // for queries rotated at another position
     for (int64_t t = 0; t < n; ++t) {
       for (int h = 0; h < c.num_heads; ++h) rope_ref(c.rope, &q[static_cast<size_t>(t * q_dim + h * hd)], t);
       for (int h = 0; h < c.num_kv_heads; ++h) rope_ref(c.rope, &k[static_cast<size_t>(t * kv_dim + h * hd)], t);
@@ -90,19 +98,34 @@ std::vector<double> reference_logits(const ModelConfig& c, const LlamaWeights& w
       for (int h = 0; h < c.num_heads; ++h) {
         const int kvh = h / c.group_size();
         const double* qh = &q[static_cast<size_t>(t * q_dim + h * hd)];
+        std::vector<double> q_other(static_cast<size_t>(hd));
         double max_score = -INFINITY;
         for (int64_t s = 0; s <= t; ++s) {
+          if (visibility.visible && !visibility.visible(t, s)) {
+            scores[static_cast<size_t>(s)] = -INFINITY;
+            continue;
+          }
+          const double* qs = qh;
+          const int64_t pos = visibility.query_position ? visibility.query_position(t, s) : t;
+          if (pos != t) {
+            std::copy_n(&q_unrotated[static_cast<size_t>(t * q_dim + h * hd)], hd, q_other.begin());
+            rope_ref(c.rope, q_other.data(), pos);
+            qs = q_other.data();
+          }
           const double* ks = &k[static_cast<size_t>(s * kv_dim + kvh * hd)];
           double dot = 0;
-          for (int64_t i = 0; i < hd; ++i) dot += qh[i] * ks[i];
+          for (int64_t i = 0; i < hd; ++i) dot += qs[i] * ks[i];
           scores[static_cast<size_t>(s)] = dot * scale;
           max_score = std::max(max_score, scores[static_cast<size_t>(s)]);
         }
+        KVLM_CHECK(max_score > -INFINITY, "reference: query {} sees no key", t);
         double sum = 0;
         for (int64_t s = 0; s <= t; ++s) sum += (scores[static_cast<size_t>(s)] = std::exp(scores[static_cast<size_t>(s)] - max_score));
         double* out = &att[static_cast<size_t>(t * q_dim + h * hd)];
         for (int64_t s = 0; s <= t; ++s) {
           const double p = scores[static_cast<size_t>(s)] / sum;
+          if (p == 0.0) continue;
+          if (weight_sums != nullptr && t >= first_weight_query) (*weight_sums)[static_cast<size_t>(s)] += p;
           const double* vs = &v[static_cast<size_t>(s * kv_dim + kvh * hd)];
           for (int64_t i = 0; i < hd; ++i) out[i] += p * vs[i];
         }

@@ -73,8 +73,23 @@ void PagedAttentionFixture::reread_stored() {
   }
 }
 
-std::vector<float> PagedAttentionFixture::run_paged(ThreadPool& pool, AttentionIsa isa) const {
-  std::vector<float> out(q.size(), std::numeric_limits<float>::quiet_NaN());
+void PagedAttentionFixture::make_q_sink(uint32_t seed, float q_gain) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  q_sink.resize(q.size());
+  for (float& x : q_sink) x = q_gain * dist(rng);
+}
+
+void PagedAttentionFixture::poison_evicted() {
+  const std::vector<float> nan(storage->layout().values_per_token(), std::numeric_limits<float>::quiet_NaN());
+  for (int t = num_sink_tokens; t < window_begin; ++t) {
+    const BlockId block(block_table[static_cast<size_t>(t / shape.block_size)]);
+    storage->write_token(kLayer, block, t % shape.block_size, nan.data(), nan.data());
+  }
+  reread_stored();
+}
+
+PagedAttentionArgs PagedAttentionFixture::paged_args(float* out) const {
   PagedAttentionArgs args;
   args.storage = storage.get();
   args.layer = kLayer;
@@ -84,14 +99,22 @@ std::vector<float> PagedAttentionFixture::run_paged(ThreadPool& pool, AttentionI
   args.num_queries = shape.num_queries;
   args.num_heads = shape.num_heads;
   args.q = q.data();
-  args.out = out.data();
+  args.out = out;
   args.scale = scale;
-  paged_attention(args, pool, isa);
+  args.num_sink_tokens = num_sink_tokens;
+  args.window_begin = window_begin;
+  args.q_sink = q_sink.empty() ? nullptr : q_sink.data();
+  return args;
+}
+
+std::vector<float> PagedAttentionFixture::run_paged(ThreadPool& pool, AttentionIsa isa) const {
+  std::vector<float> out(q.size(), std::numeric_limits<float>::quiet_NaN());
+  paged_attention(paged_args(out.data()), pool, isa);
   return out;
 }
 
 static std::vector<float> reference(const PagedAttentionFixture& f, const std::vector<float>& k,
-                                    const std::vector<float>& v) {
+                                    const std::vector<float>& v, std::vector<double>* weights) {
   ReferenceAttentionArgs a;
   a.q = f.q.data();
   a.k = k.data();
@@ -102,11 +125,19 @@ static std::vector<float> reference(const PagedAttentionFixture& f, const std::v
   a.num_kv_heads = f.shape.num_kv_heads;
   a.head_dim = f.shape.head_dim;
   a.scale = f.scale;
+  a.num_sink_tokens = f.num_sink_tokens;
+  a.window_begin = f.window_begin;
+  a.q_sink = f.q_sink.empty() ? nullptr : f.q_sink.data();
+  a.weights = weights;
   return reference_attention(a);
 }
 
-std::vector<float> PagedAttentionFixture::run_reference_stored() const { return reference(*this, k_stored, v_stored); }
-std::vector<float> PagedAttentionFixture::run_reference_original() const { return reference(*this, k, v); }
+std::vector<float> PagedAttentionFixture::run_reference_stored(std::vector<double>* weights) const {
+  return reference(*this, k_stored, v_stored, weights);
+}
+std::vector<float> PagedAttentionFixture::run_reference_original() const {
+  return reference(*this, k, v, nullptr);
+}
 
 float max_abs(const std::vector<float>& x) {
   float m = 0.0f;

@@ -38,6 +38,11 @@ struct PagedAttentionFixture {
   std::vector<float> k_stored;  // the same after the codec's rounding (read back)
   std::vector<float> v_stored;
   float scale = 0.0f;
+  // Sinks and window passed to both the kernel and the reference (see PagedAttentionArgs);
+  // q_sink empty means none.
+  int num_sink_tokens = 0;
+  int window_begin = 0;
+  std::vector<float> q_sink;  // [num_queries, num_heads, head_dim] or empty
   static constexpr int kLayer = 1;
 
   // q_gain scales the queries: larger gains make the softmax peakier.
@@ -46,9 +51,19 @@ struct PagedAttentionFixture {
   // Reads k_stored/v_stored back from the storage (after sealing or rewriting).
   void reread_stored();
 
+  // Random sink queries (the same distribution as q).
+  void make_q_sink(uint32_t seed, float q_gain = 8.0f);
+  // Writes NaN into K and V of the evicted slots [num_sink_tokens, window_begin) and
+  // rereads the stored K/V, so that a kernel reading them poisons its output. A sealed
+  // KIVI block is staged again by the write, with its other slots unchanged.
+  void poison_evicted();
+
+  // The kernel's arguments for this fixture (out may be null).
+  PagedAttentionArgs paged_args(float* out) const;
   std::vector<float> run_paged(ThreadPool& pool, AttentionIsa isa = AttentionIsa::kAuto) const;
-  // The double-precision reference on the stored (codec-rounded) or the original K/V.
-  std::vector<float> run_reference_stored() const;
+  // The double-precision reference on the stored (codec-rounded) or the original K/V;
+  // `weights`, when given, receives the softmax weights (ReferenceAttentionArgs::weights).
+  std::vector<float> run_reference_stored(std::vector<double>* weights = nullptr) const;
   std::vector<float> run_reference_original() const;
 };
 

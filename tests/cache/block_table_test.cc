@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 namespace kvlm {
 namespace {
 
@@ -43,6 +45,35 @@ TEST(BlockTableDeathTest, RefusesTokensOutsideItsBlocks) {
   t.set_num_tokens(5);
   EXPECT_DEATH(t.pop_block(), "would drop tokens");
   EXPECT_DEATH(BlockTable(0), "block_size must be > 0");
+}
+
+std::vector<int32_t> ids(const BlockTable& t) { return t.block_ids(); }
+
+TEST(BlockTable, EraseBlocksClosesTheGapAndSetBlockReplacesOne) {
+  BlockTable t(2);
+  for (int id : {5, 3, 8, 1, 6}) t.push_block(BlockId(id));
+  t.set_num_tokens(6);
+  t.erase_blocks(1, 2);  // 3 and 8 go; 4 tokens still fit in the 3 blocks left
+  EXPECT_EQ(ids(t), (std::vector<int32_t>{5, 1, 6}));
+  EXPECT_EQ(t.num_tokens(), 6);
+  EXPECT_EQ(t.slot(2).block.value, 1);
+  t.erase_blocks(3, 0);  // an empty range at the end is allowed
+  t.set_block(2, BlockId(9));
+  EXPECT_EQ(ids(t), (std::vector<int32_t>{5, 1, 9}));
+  t.set_num_tokens(2);
+  t.erase_blocks(1, 2);
+  EXPECT_EQ(ids(t), (std::vector<int32_t>{5}));
+}
+
+TEST(BlockTableDeathTest, EraseAndSetCheckTheirRanges) {
+  BlockTable t(4);
+  for (int id : {0, 1, 2}) t.push_block(BlockId(id));
+  t.set_num_tokens(9);
+  EXPECT_DEATH(t.erase_blocks(2, 2), "outside the table's 3 blocks");
+  EXPECT_DEATH(t.erase_blocks(-1, 1), "outside the table's 3 blocks");
+  EXPECT_DEATH(t.erase_blocks(0, 1), "would drop tokens");
+  EXPECT_DEATH(t.set_block(3, BlockId(7)), "out of range");
+  EXPECT_DEATH(t.set_block(0, BlockId()), "invalid block id");
 }
 
 }  // namespace
