@@ -1,8 +1,10 @@
 // `kvlm plan`: KV memory per token, totals and memory fit for every KV option, and --advise.
 #include <cstdio>
 #include <memory>
+#include <algorithm>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -11,6 +13,7 @@
 #include "commands.h"
 #include "kv_flags.h"
 #include "core/dtype.h"
+#include "evict/eviction_options.h"
 #include "plan/kv_advisor.h"
 #include "plan/kv_planner.h"
 #include "plan/memory_size.h"
@@ -37,8 +40,91 @@ struct PlanFlags {
   std::string memory;
   std::string weight_type;  // empty: the GGUF's own bytes, else f16 for presets
   std::string advise;
+  std::string policy;       // empty or "none": full-cache rows only
+  int64_t budget = 0;
+  int sinks = kAdviceSinks;
+  bool budget_given = false;
+  bool sinks_given = false;
   bool json = false;
 };
+
+// The eviction rows asked for on the command line, validated as `kvlm run` validates them.
+std::vector<PlanEviction> resolve_evictions(const PlanFlags& f) {
+  const EvictionPolicy policy = value_or_throw(parse_eviction_policy(f.policy.empty() ? "none" : f.policy));
+  if (policy == EvictionPolicy::kNone) {
+    if (f.budget_given) throw CliError("--budget needs --policy window, streaming, h2o or snapkv");
+    if (f.sinks_given) throw CliError("--sinks needs --policy streaming");
+    return {};
+  }
+  if (f.sinks_given && policy != EvictionPolicy::kStreaming) {
+    throw CliError(fmt::format("--sinks applies to --policy streaming, not {}", eviction_policy_name(policy)));
+  }
+  if (f.budget < 1 || f.budget > (int64_t{1} << 28)) {
+    throw CliError(fmt::format("--policy {} needs --budget in [1, 2^28] (got {})", eviction_policy_name(policy),
+                               f.budget));
+  }
+  if (policy == EvictionPolicy::kSnapKv && f.budget < 2) {
+    throw CliError("--policy snapkv needs --budget >= 2 (its observation window stays within the budget)");
+  }
+  EvictionOptions options;
+  options.policy = policy;
+  options.budget = static_cast<int>(f.budget);
+  options.sinks = f.sinks;
+  // Only budget and sinks change bytes; the other knobs keep their defaults, clamped to the budget.
+  options.snapkv_window = std::min(options.snapkv_window, std::max(1, options.budget - 1));
+  throw_if_error(validate_eviction_options(options));
+  PlanEviction e;
+  e.policy = eviction_policy_name(policy);
+  e.budget = f.budget;
+  e.sinks = f.sinks;
+  throw_if_error(validate_plan_eviction(e));
+  return {e};
+}
+
+// What the rows mean for the policies, and whether a ctx past the model's context matters.
+std::vector<std::string> plan_notes(const Plan& plan) {
+  std::vector<std::string> notes;
+  const int64_t ctx = plan.request.ctx, trained = plan.shape.context_length;
+  for (const PlanEviction& e : plan.request.evictions) {
+    const std::string head = e.policy == "streaming"
+                                 ? fmt::format("streaming {} ({} sinks + {} recent)", e.budget, e.sinks, e.budget - e.sinks)
+                                 : fmt::format("{} {}", e.policy, e.budget);
+    if (e.policy == "window" || e.policy == "streaming") {
+      notes.push_back(fmt::format("{}: {} resident tokens per sequence; once past the budget, whole blocks include "
+                                  "{} blocks of evicted slots not yet dropped; memory stays flat however long the "
+                                  "text",
+                                  head, std::min(ctx, e.budget), evicted_slot_blocks(e.policy)));
+    } else if (e.policy == "h2o") {
+      notes.push_back(fmt::format("{}: {} resident tokens per sequence, survivors compacted: no extra blocks", head,
+                                  std::min(ctx, e.budget)));
+    } else {
+      notes.push_back(fmt::format("{}: {} resident tokens after compression; a prompt step runs whole on top of "
+                                  "the budget first, counted as a step of the budget (a longer prompt step peaks "
+                                  "higher)",
+                                  head, std::min(ctx, e.budget)));
+    }
+  }
+  if (ctx > trained) {
+    std::vector<std::string> flat;
+    for (const PlanEviction& e : plan.request.evictions) {
+      if ((e.policy == "window" || e.policy == "streaming") && e.budget <= trained) {
+        flat.push_back(fmt::format("{} {}", e.policy, e.budget));
+      }
+    }
+    if (flat.empty()) {
+      notes.push_back(fmt::format("{} tokens is past the model's context of {}: the model was not trained that long",
+                                  ctx, trained));
+    } else {
+      std::string names;
+      for (const std::string& n : flat) names += (names.empty() ? "" : ", ") + n;
+      notes.push_back(fmt::format("{} tokens is past the model's context of {}: fine with {} (memory flat at the "
+                                  "budget, attention distances within it); the other rows need a model trained "
+                                  "that long",
+                                  ctx, trained, names));
+    }
+  }
+  return notes;
+}
 
 bool explicit_shape(const PlanFlags& f) {
   return f.layers || f.heads || f.kv_heads || f.head_dim || f.v_head_dim || f.kv_lora_rank || f.rope_dim;
@@ -116,6 +202,9 @@ nlohmann::json row_json(const PlanRow& r) {
                       {"form", r.option.form == CacheForm::kLatent ? "latent" : "full"},
                       {"policy", r.option.policy},
                       {"token_budget", r.option.token_budget},
+                      {"sinks", r.option.sinks},
+                      {"blocks_per_sequence", r.blocks_per_sequence},
+                      {"policy_extra_blocks", r.policy_extra_blocks},
                       {"bytes_per_token", r.footprint.bytes_per_token()},
                       {"bytes_per_block", r.footprint.bytes_per_block},
                       {"k_block_bytes_per_layer", r.footprint.k_block_bytes},
@@ -147,6 +236,14 @@ void print_json(const Plan& plan, const Weights& weights, const std::optional<Ad
                       {"weight_source", weights.source},
                       {"baseline_bytes_per_token", plan.baseline_bytes_per_token}};
   if (plan.request.memory_bytes) j["memory_bytes"] = *plan.request.memory_bytes;
+  j["evictions"] = nlohmann::json::array();
+  for (const PlanEviction& e : plan.request.evictions) {
+    j["evictions"].push_back({{"policy", e.policy},
+                              {"budget", e.budget},
+                              {"sinks", e.policy == "streaming" ? e.sinks : 0},
+                              {"evicted_slot_blocks", evicted_slot_blocks(e.policy)}});
+  }
+  j["notes"] = plan_notes(plan);
   j["rows"] = nlohmann::json::array();
   for (const PlanRow& r : plan.rows) j["rows"].push_back(row_json(r));
   if (advice) {
@@ -179,22 +276,21 @@ void print_human(const Plan& plan, const Weights& weights, const std::optional<A
               plan.request.memory_bytes
                   ? fmt::format(", memory {}", format_bytes(static_cast<double>(*plan.request.memory_bytes))).c_str()
                   : "");
-  if (plan.request.ctx > s.context_length) {
-    std::printf("note       %lld tokens is past the model's context of %lld: the model was not trained that long\n",
-                static_cast<long long>(plan.request.ctx), static_cast<long long>(s.context_length));
-  }
-  std::printf("\n%-22s %14s %12s %14s %8s", "option", "bytes/token", "per token", "total", "ratio");
+  for (const std::string& note : plan_notes(plan)) std::printf("note       %s\n", note.c_str());
+  std::printf("\n%-30s %14s %12s %10s %14s %8s", "option", "bytes/token", "per token", "tokens/seq", "total",
+              "ratio");
   if (plan.request.memory_bytes) std::printf(" %14s %10s", "tokens fit", "seqs fit");
   std::printf("\n");
   for (const PlanRow& r : plan.rows) {
-    std::printf("%-22s %14.1f %12s %14s %7.3fx", r.option.label.c_str(), r.footprint.bytes_per_token(),
-                format_bytes(r.footprint.bytes_per_token()).c_str(),
+    std::printf("%-30s %14.1f %12s %10lld %14s %7.3fx", r.option.label.c_str(), r.footprint.bytes_per_token(),
+                format_bytes(r.footprint.bytes_per_token()).c_str(), static_cast<long long>(r.tokens_per_sequence),
                 format_bytes(static_cast<double>(r.block_bytes_total)).c_str(), r.ratio_to_baseline);
     if (r.fit) std::printf(" %14lld %10lld", static_cast<long long>(r.fit->tokens), static_cast<long long>(r.fit->sequences));
     std::printf("\n");
   }
   std::printf("\ntotal = whole blocks of %d tokens per sequence x batch (KIVI: + f32 staging of the tail and "
-              "residual blocks); ratio against the FP16 MHA cache (%.0f B/token)\n",
+              "residual blocks; policies: + their evicted-slot blocks); tokens/seq = resident tokens; ratio per "
+              "token against the FP16 MHA cache (%.0f B/token)\n",
               plan.request.block_size, plan.baseline_bytes_per_token);
   if (advice) {
     std::printf("\nadvice (%s): %s\n", std::string(scenario_name(advice->scenario)).c_str(),
@@ -213,15 +309,17 @@ void run(const PlanFlags& f) {
   request.block_size = f.block_size;
   request.weight_bytes = weights.bytes;
   request.kivi_residual_tokens = f.kivi_residual;
+  request.evictions = resolve_evictions(f);
   if (!f.memory.empty()) request.memory_bytes = value_or_throw(parse_memory_size(f.memory));
-  const Plan plan = value_or_throw(make_plan(shape, request));
-
-  std::optional<Advice> advice;
+  std::optional<Scenario> scenario;
   if (!f.advise.empty()) {
-    const auto scenario = parse_scenario(f.advise);
+    scenario = parse_scenario(f.advise);
     if (!scenario) throw CliError(fmt::format("--advise '{}' is not one of: {}", f.advise, scenario_list()));
-    advice = value_or_throw(kvlm::advise(plan, *scenario));
   }
+  // --advise may add the rows it recommends (streaming at a budget) beside those asked for.
+  const Plan plan = value_or_throw(scenario ? make_advice_plan(shape, request, *scenario) : make_plan(shape, request));
+  std::optional<Advice> advice;
+  if (scenario) advice = value_or_throw(kvlm::advise(plan, *scenario));
   if (f.json) {
     print_json(plan, weights, advice);
   } else {
@@ -252,8 +350,16 @@ CLI::App* add_plan_command(CLI::App& app) {
   cmd->add_option("--memory", f->memory, "memory for weights + cache: 24GiB, 24GB, 512MiB, bytes");
   cmd->add_option("--weight-type", f->weight_type, "weights as f32|f16|bf16|q8_0|q4_0 (default: the GGUF's, else f16)");
   cmd->add_option("--advise", f->advise, "recommend a configuration: " + scenario_list());
+  cmd->add_option("--policy", f->policy, "also list every codec under token eviction: window, streaming, h2o or snapkv");
+  CLI::Option* budget = cmd->add_option("--budget", f->budget, "--policy: most tokens a sequence keeps resident");
+  CLI::Option* sinks =
+      cmd->add_option("--sinks", f->sinks, "--policy streaming: first tokens always kept")->capture_default_str();
   cmd->add_flag("--json", f->json, "print one JSON object");
-  cmd->callback([f] { run(*f); });
+  cmd->callback([f, budget, sinks] {
+    f->budget_given = budget->count() > 0;
+    f->sinks_given = sinks->count() > 0;
+    run(*f);
+  });
   return cmd;
 }
 

@@ -32,14 +32,29 @@ CodecQuality row_quality(const PlanRow& row) {
   return k.relative_rms_error >= v.relative_rms_error ? k : v;
 }
 
-// Indices of the plan's options, best quality first, then fewest bytes: the order in which
-// every scenario considers them. The baseline row is a reference, never a candidate.
-std::vector<size_t> candidates(const Plan& plan, bool allow_eviction) {
+// Which rows a scenario considers: the full cache, the evicting options, or both.
+enum class RowKind { kFull, kEvicting, kAny };
+
+bool is_kind(const PlanRow& row, RowKind kind) {
+  if (row.is_baseline) return false;
+  switch (kind) {
+    case RowKind::kFull:
+      return !row.option.evicts();
+    case RowKind::kEvicting:
+      return row.option.evicts();
+    case RowKind::kAny:
+      return true;
+  }
+  return false;
+}
+
+// Indices of the plan's options of `kind`, best quality first, then fewest bytes per block, then
+// per sequence (a smaller budget):
+// the order in which every scenario considers them. The baseline row is a reference, never a candidate.
+std::vector<size_t> candidates(const Plan& plan, RowKind kind) {
   std::vector<size_t> out;
   for (size_t i = 0; i < plan.rows.size(); ++i) {
-    const PlanRow& row = plan.rows[i];
-    if (row.is_baseline || (!allow_eviction && row.option.evicts())) continue;
-    out.push_back(i);
+    if (is_kind(plan.rows[i], kind)) out.push_back(i);
   }
   // f32 ranks with the 16-bit codecs: K and V come from 16-bit (or coarser) weights, and a
   // 16-bit cache is llama.cpp's and vLLM's default, so 32 bits never win on quality alone.
@@ -47,18 +62,38 @@ std::vector<size_t> candidates(const Plan& plan, bool allow_eviction) {
   std::stable_sort(out.begin(), out.end(), [&](size_t a, size_t b) {
     const QualityTier ta = rank(a), tb = rank(b);
     if (ta != tb) return ta < tb;
-    const uint64_t ba = plan.rows[a].footprint.bytes_per_block, bb = plan.rows[b].footprint.bytes_per_block;
-    if (ba != bb) return ba < bb;
+    const PlanRow& ra = plan.rows[a];
+    const PlanRow& rb = plan.rows[b];
+    if (ra.footprint.bytes_per_block != rb.footprint.bytes_per_block) {
+      return ra.footprint.bytes_per_block < rb.footprint.bytes_per_block;
+    }
+    if (ra.block_bytes_total != rb.block_bytes_total) return ra.block_bytes_total < rb.block_bytes_total;
     return row_quality(plan.rows[a]).relative_rms_error < row_quality(plan.rows[b]).relative_rms_error;
   });
   return out;
 }
 
-// The option with the fewest bytes among `order` (not empty).
+// Only the streaming rows of `order`.
+std::vector<size_t> streaming_only(const Plan& plan, const std::vector<size_t>& order) {
+  std::vector<size_t> out;
+  for (size_t i : order) {
+    if (plan.rows[i].option.policy == "streaming") out.push_back(i);
+  }
+  return out;
+}
+
+// Fewer bytes per block, then per sequence.
+bool smaller(const PlanRow& x, const PlanRow& y) {
+  if (x.footprint.bytes_per_block != y.footprint.bytes_per_block) {
+    return x.footprint.bytes_per_block < y.footprint.bytes_per_block;
+  }
+  return x.block_bytes_total < y.block_bytes_total;
+}
+
+// The smallest option among `order` (not empty).
 size_t smallest_row(const Plan& plan, const std::vector<size_t>& order) {
-  return *std::min_element(order.begin(), order.end(), [&](size_t x, size_t y) {
-    return plan.rows[x].footprint.bytes_per_block < plan.rows[y].footprint.bytes_per_block;
-  });
+  return *std::min_element(order.begin(), order.end(),
+                           [&](size_t x, size_t y) { return smaller(plan.rows[x], plan.rows[y]); });
 }
 
 bool fits(const Plan& plan, const PlanRow& row) {
@@ -72,29 +107,56 @@ std::optional<size_t> first_fitting(const Plan& plan, const std::vector<size_t>&
   return std::nullopt;
 }
 
+bool within_bar(const PlanRow& row) { return row_quality(row).tier <= QualityTier::kNearLossless; }
+
+// The smallest option of `order` that stores 8 bits or more (the quality bar), ties to the
+// smaller measured error (order is sorted that way).
+std::optional<size_t> smallest_within_bar(const Plan& plan, const std::vector<size_t>& order) {
+  std::optional<size_t> best;
+  for (size_t i : order) {
+    if (!within_bar(plan.rows[i])) continue;
+    if (!best || smaller(plan.rows[i], plan.rows[*best])) best = i;
+  }
+  return best;
+}
+
 std::string flags_for(const PlanRow& row) {
   const std::string_view k = kv_type_name(row.option.k_type), v = kv_type_name(row.option.v_type);
-  if (row.option.form == CacheForm::kLatent || k == v) return fmt::format("--kv-type {}", k);
-  return fmt::format("--kv-type-k {} --kv-type-v {}", k, v);
+  std::string flags = row.option.form == CacheForm::kLatent || k == v
+                          ? fmt::format("--kv-type {}", k)
+                          : fmt::format("--kv-type-k {} --kv-type-v {}", k, v);
+  if (row.option.evicts()) {
+    flags += fmt::format(" --policy {} --budget {}", row.option.policy, row.option.token_budget);
+    if (row.option.policy == "streaming") flags += fmt::format(" --sinks {}", row.option.sinks);
+  }
+  return flags;
 }
 
 // "f16 (lossless, 16.0 bits/value): 512.00 KiB/token, 2.00 GiB for 4096 tokens × 1 sequence, 1.00× the FP16 MHA cache"
 std::string describe(const Plan& plan, const PlanRow& row) {
   const CodecQuality q = row_quality(row);
-  return fmt::format("{} ({}, {:.2f} bits/value, {:.2g}% rms error on a test block): {}/token, {} for {} tokens × {} sequence{}, {:.3f}× the FP16 MHA "
-                     "cache",
-                     row.option.label, quality_tier_name(q.tier), q.bits_per_value, 100 * q.relative_rms_error,
-                     format_bytes(row.footprint.bytes_per_token()), format_bytes(static_cast<double>(row.block_bytes_total)),
-                     row.tokens_per_sequence, plan.request.batch, plan.request.batch == 1 ? "" : "s",
-                     row.ratio_to_baseline);
+  std::string text = fmt::format(
+      "{} ({}, {:.2f} bits/value, {:.2g}% rms error on a test block): {}/token, {} for {} {}tokens × {} sequence{}, "
+      "{:.3f}× the FP16 MHA cache per token",
+      row.option.label, quality_tier_name(q.tier), q.bits_per_value, 100 * q.relative_rms_error,
+      format_bytes(row.footprint.bytes_per_token()), format_bytes(static_cast<double>(row.block_bytes_total)),
+      row.tokens_per_sequence, row.option.evicts() ? "resident " : "", plan.request.batch,
+      plan.request.batch == 1 ? "" : "s", row.ratio_to_baseline);
+  if (row.policy_extra_blocks > 0) {
+    text += fmt::format(" ({} blocks per sequence, {} of them for {})", row.blocks_per_sequence,
+                        row.policy_extra_blocks,
+                        row.option.policy == "snapkv" ? "the prompt step run before compression"
+                                                      : "evicted slots not yet dropped");
+  }
+  return text;
 }
 
 std::string describe_fit(const PlanRow& row) {
   const MemoryFit& f = *row.fit;
-  return fmt::format("{} leaves {} for the cache after {} of weights: {} fits {} tokens, {} sequence{} of {} tokens",
+  return fmt::format("{} leaves {} for the cache after {} of weights: {} fits {} tokens, {} sequence{} of {} {}tokens",
                      format_bytes(static_cast<double>(f.memory_bytes)), format_bytes(static_cast<double>(f.available_bytes)),
                      format_bytes(static_cast<double>(f.weight_bytes)), row.option.label, f.tokens, f.sequences,
-                     f.sequences == 1 ? "" : "s", row.tokens_per_sequence);
+                     f.sequences == 1 ? "" : "s", row.tokens_per_sequence, row.option.evicts() ? "resident " : "");
 }
 
 // What exists in this build at or above a tier, for "not available" notes.
@@ -119,12 +181,6 @@ void note_missing_quantized_codecs(const Plan& plan, Advice& advice) {
   }
 }
 
-void note_eviction_missing(Advice& advice) {
-  advice.not_available.push_back(
-      "eviction policies (sliding window, StreamingLLM, H2O) with a fixed token budget are not implemented in kvlm "
-      "yet");
-}
-
 // Architecture guidance for readers still choosing a model: what GQA or MLA does to this cache.
 std::string architecture_note(const Plan& plan) {
   const ModelShape& s = plan.shape;
@@ -147,8 +203,15 @@ std::string architecture_note(const Plan& plan) {
                      s.num_heads / gqa_heads, format_bytes(2.0 * s.num_layers * 576));
 }
 
+// Why an evicting option was taken although it forgets tokens.
+std::string eviction_tradeoff(const PlanRow& row) {
+  return fmt::format("{} forgets every token outside its budget of {}: the model can no longer quote them, so it "
+                     "comes only after quantization (which blurs tokens but keeps them all)",
+                     row.option.label, row.option.token_budget);
+}
+
 void advise_limited_memory(const Plan& plan, Advice& a) {
-  const std::vector<size_t> order = candidates(plan, /*allow_eviction=*/true);
+  const std::vector<size_t> order = candidates(plan, RowKind::kFull);
   const PlanRow& best = plan.rows[order.front()];
   a.chosen_row = first_fitting(plan, order);
   if (a.chosen_row == order.front()) {
@@ -161,30 +224,42 @@ void advise_limited_memory(const Plan& plan, Advice& a) {
         "4-bit is next, and KIVI reaches 2 bits with keys quantized per channel");
     note_missing_quantized_codecs(plan, a);
   }
-  if (a.chosen_row) {
-    const PlanRow& row = plan.rows[*a.chosen_row];
-    if (*a.chosen_row != order.front()) a.reasons.push_back(describe(plan, row));
-    a.reasons.push_back(describe_fit(row));
-    return;
+  if (!a.chosen_row) {
+    // No full cache fits: a codec with a token budget keeps memory flat per sequence.
+    const std::vector<size_t> evicting = candidates(plan, RowKind::kEvicting);
+    a.chosen_row = first_fitting(plan, evicting);
+    const PlanRow& smallest = plan.rows[smallest_row(plan, order)];
+    a.reasons.push_back(fmt::format("no full cache fits, not even the smallest: {}", describe_fit(smallest)));
+    if (a.chosen_row) {
+      const PlanRow& row = plan.rows[*a.chosen_row];
+      a.reasons.push_back(fmt::format("{} fits by holding at most {} tokens per sequence: {}", row.option.label,
+                                      row.option.token_budget, describe(plan, row)));
+      a.reasons.push_back(eviction_tradeoff(row));
+    } else if (evicting.empty()) {
+      a.reasons.push_back(fmt::format("with {} at most {} tokens per sequence fit for {} sequences: lower --ctx or "
+                                      "--batch, or bound the cache with --policy streaming --budget N",
+                                      smallest.option.label, smallest.fit->tokens / plan.request.batch,
+                                      plan.request.batch));
+    } else {
+      a.reasons.push_back(fmt::format("nor does any evicting option: {}",
+                                      describe_fit(plan.rows[smallest_row(plan, evicting)])));
+    }
+  } else if (*a.chosen_row != order.front()) {
+    a.reasons.push_back(describe(plan, plan.rows[*a.chosen_row]));
   }
-  // Nothing fits: say how far the smallest option goes.
-  const PlanRow& smallest = plan.rows[smallest_row(plan, order)];
-  a.reasons.push_back(fmt::format("even the smallest option does not fit: {}", describe_fit(smallest)));
-  a.reasons.push_back(fmt::format("with {} at most {} tokens per sequence fit for {} sequences: lower --ctx or --batch",
-                                  smallest.option.label, smallest.fit->tokens / plan.request.batch, plan.request.batch));
-  note_eviction_missing(a);
+  if (a.chosen_row) a.reasons.push_back(describe_fit(plan.rows[*a.chosen_row]));
 }
 
-void advise_long_chat(const Plan& plan, Advice& a) {
+// Long chat without streaming rows in the plan: the full cache, and how long it can grow.
+void advise_long_chat_full_cache(const Plan& plan, Advice& a) {
   a.not_available.push_back(
-      "StreamingLLM (a few attention-sink tokens + a recent window, a fixed token budget, so memory stops growing) is "
-      "the method for long streaming chat; it is not implemented in kvlm yet, so this falls back to a full cache");
-  const std::vector<size_t> order = candidates(plan, /*allow_eviction=*/true);
+      "StreamingLLM (attention sinks + a recent window, a fixed token budget, so memory stops growing) is the method "
+      "for long streaming chat; this plan has no streaming rows: add --policy streaming --budget N");
+  const std::vector<size_t> order = candidates(plan, RowKind::kFull);
   a.chosen_row = plan.request.memory_bytes ? first_fitting(plan, order) : std::optional<size_t>(order.front());
   if (!a.chosen_row) {
     a.reasons.push_back(fmt::format("no option holds {} tokens × {} sequences: {}", plan.request.ctx,
                                     plan.request.batch, describe_fit(plan.rows[smallest_row(plan, order)])));
-    note_missing_quantized_codecs(plan, a);
     return;
   }
   const PlanRow& row = plan.rows[*a.chosen_row];
@@ -195,19 +270,53 @@ void advise_long_chat(const Plan& plan, Advice& a) {
       format_bytes(row.footprint.bytes_per_token() * static_cast<double>(row.tokens_per_sequence)),
       row.tokens_per_sequence));
   a.reasons.push_back(describe(plan, row));
-  if (row.fit) {
-    a.reasons.push_back(describe_fit(row));
-    a.reasons.push_back(fmt::format("the longest chat that fits with {} is {} tokens per sequence for {} sequence{}",
-                                    row.option.label, row.fit->tokens / plan.request.batch, plan.request.batch,
-                                    plan.request.batch == 1 ? "" : "s"));
+  if (row.fit) a.reasons.push_back(describe_fit(row));
+}
+
+void advise_long_chat(const Plan& plan, Advice& a) {
+  const std::vector<size_t> order = streaming_only(plan, candidates(plan, RowKind::kEvicting));
+  if (order.empty()) return advise_long_chat_full_cache(plan, a);
+  a.chosen_row = plan.request.memory_bytes ? first_fitting(plan, order) : std::optional<size_t>(order.front());
+  if (!a.chosen_row) {
+    a.reasons.push_back(fmt::format("no codec holds {} sequences under streaming {}: {}; lower --budget or --batch",
+                                    plan.request.batch, plan.rows[order.front()].option.token_budget,
+                                    describe_fit(plan.rows[smallest_row(plan, order)])));
+    return;
   }
+  const PlanRow& row = plan.rows[*a.chosen_row];
+  const int64_t budget = row.option.token_budget;
+  const uint64_t per_sequence = row.block_bytes_total / static_cast<uint64_t>(plan.request.batch);
+  a.reasons.push_back(fmt::format(
+      "StreamingLLM keeps {} attention sinks + the {} most recent tokens: {} holds {} blocks ({}) per sequence from "
+      "token {} on, however long the chat runs, where a full {} cache grows by {} per token ({} per sequence at {} "
+      "tokens)",
+      row.option.sinks, budget - row.option.sinks, row.option.label, row.blocks_per_sequence,
+      format_bytes(static_cast<double>(per_sequence)), budget, kv_type_name(row.option.k_type),
+      format_bytes(row.footprint.bytes_per_token()),
+      format_bytes(row.footprint.bytes_per_token() * static_cast<double>(plan.request.ctx)), plan.request.ctx));
+  a.reasons.push_back(describe(plan, row));
+  if (row.fit) a.reasons.push_back(describe_fit(row));
+  if (budget <= plan.shape.context_length) {
+    a.reasons.push_back(fmt::format("the sinks and the window are rotated within the budget of {} tokens, inside "
+                                    "the trained context of {}: the chat can run past it",
+                                    budget, plan.shape.context_length));
+  } else {
+    a.reasons.push_back(fmt::format("the budget of {} tokens is past the trained context of {}: keep --budget <= {}",
+                                    budget, plan.shape.context_length, plan.shape.context_length));
+  }
+  a.reasons.push_back("tokens that leave the window are gone: the chat cannot quote them; use --advise long-recall "
+                      "when exact recall over the whole text matters");
 }
 
 void advise_long_recall(const Plan& plan, Advice& a) {
   a.reasons.push_back(
-      "exact recall must not evict: any dropped token may be the one asked about, so the cache keeps every token and "
-      "uses the least lossy codec that fits");
-  const std::vector<size_t> order = candidates(plan, /*allow_eviction=*/false);
+      "exact recall must not evict: any dropped token may be the one asked about, and evicted details are gone "
+      "(measured with `kvlm eval recall --policy`: once the needle is older than the budget, accuracy falls to the "
+      "control without the document); so the cache keeps every token and quantization, not eviction, saves memory");
+  const std::vector<size_t> order = candidates(plan, RowKind::kFull);
+  if (!candidates(plan, RowKind::kEvicting).empty()) {
+    a.reasons.push_back("the plan's evicting rows are not considered for recall");
+  }
   a.chosen_row = plan.request.memory_bytes ? first_fitting(plan, order) : std::optional<size_t>(order.front());
   if (a.chosen_row) {
     const PlanRow& row = plan.rows[*a.chosen_row];
@@ -226,35 +335,41 @@ void advise_long_recall(const Plan& plan, Advice& a) {
   a.reasons.push_back(architecture_note(plan));
 }
 
+// The smallest fitting option of `order` within the quality bar, else the least lossy fitting one below it.
+std::optional<size_t> concurrency_pick(const Plan& plan, const std::vector<size_t>& order) {
+  const std::optional<size_t> smallest = smallest_within_bar(plan, order);
+  if (smallest && fits(plan, plan.rows[*smallest])) return smallest;
+  std::vector<size_t> below_bar;
+  for (size_t i : order) {
+    if (!within_bar(plan.rows[i])) below_bar.push_back(i);
+  }
+  return first_fitting(plan, below_bar);
+}
+
 void advise_concurrency(const Plan& plan, Advice& a) {
   a.reasons.push_back(fmt::format(
       "kvlm pages the cache in blocks of {} tokens: a sequence holds ceil(tokens / {}) blocks and wastes at most one "
       "partly filled block per layer, so sequences share memory without reserving the model's full context",
       plan.request.block_size, plan.request.block_size));
-  const std::vector<size_t> order = candidates(plan, /*allow_eviction=*/true);
   // The quality bar is ≈ lossless (8 bits or more); within it the smallest option maximises
-  // concurrency. Below the bar only if the target is missed otherwise.
-  std::vector<size_t> within_bar, below_bar;
-  for (size_t i : order) {
-    (row_quality(plan.rows[i]).tier <= QualityTier::kNearLossless ? within_bar : below_bar).push_back(i);
+  // concurrency. Below the bar only if the target is missed otherwise; eviction only if no full
+  // cache reaches it at all.
+  const std::vector<size_t> full = candidates(plan, RowKind::kFull);
+  a.chosen_row = concurrency_pick(plan, full);
+  if (a.chosen_row && !within_bar(plan.rows[*a.chosen_row])) {
+    a.reasons.push_back(fmt::format("no option of 8 bits or more reaches {} sequences, so a lossier codec is needed",
+                                    plan.request.batch));
   }
-  std::optional<size_t> smallest_within;
-  for (size_t i : within_bar) {
-    if (!smallest_within || plan.rows[i].footprint.bytes_per_block < plan.rows[*smallest_within].footprint.bytes_per_block) {
-      smallest_within = i;
-    }
-  }
-  if (smallest_within && fits(plan, plan.rows[*smallest_within])) {
-    a.chosen_row = smallest_within;
-  } else {
-    a.chosen_row = first_fitting(plan, below_bar);
+  if (!a.chosen_row) {
+    a.chosen_row = concurrency_pick(plan, candidates(plan, RowKind::kEvicting));
     if (a.chosen_row) {
-      a.reasons.push_back(fmt::format("no option of 8 bits or more reaches {} sequences, so a lossier codec is needed",
-                                      plan.request.batch));
+      a.reasons.push_back(fmt::format("no full cache reaches {} sequences of {} tokens: {}", plan.request.batch,
+                                      plan.request.ctx, describe_fit(plan.rows[smallest_row(plan, full)])));
+      a.reasons.push_back(eviction_tradeoff(plan.rows[*a.chosen_row]));
     }
   }
   if (!a.chosen_row) {
-    const PlanRow& smallest = plan.rows[smallest_row(plan, order)];
+    const PlanRow& smallest = plan.rows[smallest_row(plan, full)];
     a.reasons.push_back(fmt::format("the target of {} sequences of {} tokens does not fit: {}", plan.request.batch,
                                     plan.request.ctx, describe_fit(smallest)));
     note_missing_quantized_codecs(plan, a);
@@ -268,6 +383,27 @@ void advise_concurrency(const Plan& plan, Advice& a) {
   } else {
     a.reasons.push_back("give --memory to compute how many sequences fit");
   }
+}
+
+// Below this many tokens a streaming window holds too little of a conversation to recommend.
+constexpr int64_t kMinAdviceBudget = 256;
+
+// The largest streaming budget (whole blocks, at most `cap`) for which plan.request.batch
+// sequences of `row`'s codec fit in the plan's memory; 0 when that is under kMinAdviceBudget.
+int64_t fitting_streaming_budget(const Plan& plan, const PlanRow& row, int64_t cap) {
+  if (!row.fit) return cap;
+  const uint64_t per_sequence = row.fit->available_bytes / static_cast<uint64_t>(plan.request.batch);
+  const uint64_t staging = row.staging_bytes_per_sequence;
+  if (per_sequence <= staging || row.footprint.bytes_per_block == 0) return 0;
+  const int64_t blocks = static_cast<int64_t>((per_sequence - staging) / row.footprint.bytes_per_block) -
+                         evicted_slot_blocks("streaming");
+  const int64_t budget = std::min(cap, blocks * plan.request.block_size);
+  return budget >= kMinAdviceBudget ? budget : 0;
+}
+
+bool has_policy(const PlanRequest& request, std::string_view policy) {
+  return std::any_of(request.evictions.begin(), request.evictions.end(),
+                     [&](const PlanEviction& e) { return e.policy == policy; });
 }
 
 }  // namespace
@@ -374,8 +510,35 @@ std::string_view quality_tier_name(QualityTier tier) {
   return "unknown";
 }
 
+Result<Plan> make_advice_plan(const ModelShape& shape, const PlanRequest& request, Scenario scenario) {
+  KVLM_ASSIGN_OR_RETURN(Plan plan, make_plan(shape, request));
+  if (scenario == Scenario::kLongRecall) return plan;
+  const std::vector<size_t> full = candidates(plan, RowKind::kFull);
+  const std::optional<size_t> bar_row = smallest_within_bar(plan, full);
+  int64_t budget = 0;
+  if (scenario == Scenario::kLongChat) {
+    if (has_policy(request, "streaming")) return plan;
+    budget = std::min(request.ctx, shape.context_length);
+    if (bar_row) budget = std::min(budget, std::max<int64_t>(fitting_streaming_budget(plan, plan.rows[*bar_row], budget), 0));
+    if (budget <= 0) budget = std::min(request.ctx, shape.context_length);  // nothing fits: show the trained context
+  } else {
+    const bool full_fits = std::any_of(full.begin(), full.end(), [&](size_t i) { return fits(plan, plan.rows[i]); });
+    if (!request.evictions.empty() || !request.memory_bytes || full_fits || !bar_row) return plan;
+    // Below ctx: at ctx or more the full cache would have fit.
+    budget = fitting_streaming_budget(plan, plan.rows[*bar_row], std::min(request.ctx - 1, shape.context_length));
+    if (budget <= 0) return plan;
+  }
+  PlanRequest with_streaming = request;
+  PlanEviction streaming;
+  streaming.policy = "streaming";
+  streaming.budget = budget;
+  streaming.sinks = static_cast<int>(std::min<int64_t>(kAdviceSinks, budget - 1));
+  with_streaming.evictions.push_back(streaming);
+  return make_plan(shape, with_streaming);
+}
+
 Result<Advice> advise(const Plan& plan, Scenario scenario) {
-  if (candidates(plan, /*allow_eviction=*/true).empty()) return Status::error("the plan has no KV options");
+  if (candidates(plan, RowKind::kFull).empty()) return Status::error("the plan has no full-cache KV options");
   if (scenario == Scenario::kLimitedMemory && !plan.request.memory_bytes) {
     return Status::error("--advise limited-memory needs --memory (e.g. --memory 24GiB)");
   }
@@ -397,8 +560,8 @@ Result<Advice> advise(const Plan& plan, Scenario scenario) {
   }
   if (a.chosen_row) {
     const PlanRow& row = plan.rows[*a.chosen_row];
-    a.recommendation = fmt::format("{} ({}, {} cache, block size {})", flags_for(row), row.option.label,
-                                   row.option.evicts() ? row.option.policy : "full", plan.request.block_size);
+    a.recommendation = fmt::format("{} ({}{}, block size {})", flags_for(row), row.option.label,
+                                   row.option.evicts() ? "" : ", full cache", plan.request.block_size);
   } else {
     a.recommendation = "nothing fits: lower --ctx or --batch, or add memory";
   }

@@ -47,12 +47,28 @@ struct Advice {
   std::optional<size_t> chosen_row;
   std::string recommendation;          // one line: what to run
   std::vector<std::string> reasons;    // why, with the computed numbers
-  std::vector<std::string> not_available;  // what the guidance prefers but kvlm lacks yet
+  std::vector<std::string> not_available;  // what the guidance prefers but this build or plan lacks
 };
 
+// StreamingLLM's attention sinks in the options the advisor adds (the paper's 4).
+inline constexpr int kAdviceSinks = 4;
+
+// The plan the advice reads: make_plan(shape, request) plus the eviction rows the scenario may
+// recommend (every codec under streaming with kAdviceSinks sinks):
+//  - long-chat, unless the request has streaming rows: at a budget of min(ctx, the trained
+//    context), lowered to what fits --memory with the smallest codec of 8 bits or more (unless
+//    that is under 256 tokens: then advise() reports that nothing fits);
+//  - limited-memory and concurrency, when the request has no eviction rows, --memory is set and
+//    no full cache fits: at the largest budget (< ctx) for which that codec fits, if that is
+//    at least 256 tokens (less is too little of a text to recommend);
+//  - long-recall: none (recall must not evict).
+Result<Plan> make_advice_plan(const ModelShape& shape, const PlanRequest& request, Scenario scenario);
+
 // Follows the scenario guidance over plan.rows (never the baseline row). Only options the
-// plan holds are recommended, so only codecs in all_kv_types(). limited-memory needs
-// plan.request.memory_bytes (an error otherwise); the others use it when present.
+// plan holds are recommended, so only codecs in all_kv_types() and the plan's policies.
+// long-chat picks a streaming row (the full cache when the plan has none); long-recall never an
+// evicting one; limited-memory and concurrency take an evicting row only when no full cache fits.
+// limited-memory needs plan.request.memory_bytes (an error otherwise); the others use it when present.
 Result<Advice> advise(const Plan& plan, Scenario scenario);
 
 }  // namespace kvlm

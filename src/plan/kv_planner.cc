@@ -1,5 +1,8 @@
 #include "plan/kv_planner.h"
 
+#include <algorithm>
+#include <iterator>
+
 #include <fmt/format.h>
 
 #include "kv/kv_codec.h"
@@ -29,7 +32,46 @@ Status validate_block_size(int block_size) {
   return Status::ok_status();
 }
 
+constexpr std::string_view kPlanPolicies[] = {"window", "streaming", "h2o", "snapkv"};
+constexpr int64_t kMaxBudget = int64_t{1} << 28;  // validate_eviction_options' bound
+
 }  // namespace
+
+std::string plan_policy_list() {
+  std::string names;
+  for (std::string_view p : kPlanPolicies) names += fmt::format("{}{}", names.empty() ? "" : ", ", p);
+  return names;
+}
+
+Status validate_plan_eviction(const PlanEviction& e) {
+  if (std::find(std::begin(kPlanPolicies), std::end(kPlanPolicies), e.policy) == std::end(kPlanPolicies)) {
+    return Status::errorf("unknown eviction policy '{}' (choose {})", e.policy, plan_policy_list());
+  }
+  if (e.budget < 1 || e.budget > kMaxBudget) {
+    return Status::errorf("--policy {} needs --budget in [1, {}] (got {})", e.policy, kMaxBudget, e.budget);
+  }
+  if (e.policy == "streaming" && (e.sinks < 0 || e.sinks >= e.budget)) {
+    return Status::errorf("--sinks {} must be in [0, --budget {})", e.sinks, e.budget);
+  }
+  if (e.prompt_step_tokens < 0 || e.prompt_step_tokens > kMaxBudget) {
+    return Status::errorf("snapkv prompt step {} must be in [0, {}]", e.prompt_step_tokens, kMaxBudget);
+  }
+  return Status::ok_status();
+}
+
+int evicted_slot_blocks(std::string_view policy) { return policy == "window" || policy == "streaming" ? 2 : 0; }
+
+int64_t KvOption::peak_tokens(int64_t ctx) const {
+  if (!evicts()) return ctx;
+  if (policy == "snapkv") return std::min(ctx, token_budget + std::max(prompt_step_tokens, token_budget));
+  return std::min(ctx, token_budget);
+}
+
+int64_t KvOption::blocks_per_sequence(int64_t ctx, int block_size) const {
+  const int64_t blocks = static_cast<int64_t>(blocks_for(peak_tokens(ctx), block_size));
+  // Nothing is evicted until the budget is passed, so no evicted slots linger before that.
+  return evicts() && ctx > token_budget ? blocks + evicted_slot_blocks(policy) : blocks;
+}
 
 Result<KvFootprint> kv_footprint(const ModelShape& shape, KvType k_type, KvType v_type, CacheForm form,
                                  int block_size) {
@@ -62,7 +104,7 @@ double mha_f16_bytes_per_token(const ModelShape& shape) {
   return static_cast<double>(shape.num_layers) * shape.num_heads * (shape.head_dim + shape.v_head_dim) * 2.0;
 }
 
-std::vector<KvOption> kv_options(const ModelShape& shape) {
+std::vector<KvOption> kv_options(const ModelShape& shape, std::span<const PlanEviction> evictions) {
   std::vector<KvOption> options;
   const CacheForm form = shape.is_mla() ? CacheForm::kLatent : CacheForm::kFull;
   for (KvType type : all_kv_types()) {
@@ -73,11 +115,30 @@ std::vector<KvOption> kv_options(const ModelShape& shape) {
     o.form = form;
     options.push_back(std::move(o));
   }
+  const size_t num_full = options.size();
+  for (const PlanEviction& e : evictions) {
+    for (size_t i = 0; i < num_full; ++i) {
+      KvOption o = options[i];
+      o.label = fmt::format("{} + {} {}", o.label, e.policy, e.budget);
+      o.policy = e.policy;
+      o.token_budget = e.budget;
+      o.sinks = e.policy == "streaming" ? e.sinks : 0;
+      o.prompt_step_tokens = e.policy == "snapkv" ? e.prompt_step_tokens : 0;
+      options.push_back(std::move(o));
+    }
+  }
   return options;
 }
 
 MemoryFit compute_fit(const KvFootprint& footprint, int64_t resident_tokens, uint64_t memory_bytes,
                       uint64_t weight_bytes, int kivi_residual_tokens) {
+  const int64_t blocks =
+      footprint.block_size > 0 ? static_cast<int64_t>(blocks_for(resident_tokens, footprint.block_size)) : 0;
+  return compute_fit_blocks(footprint, blocks, memory_bytes, weight_bytes, kivi_residual_tokens);
+}
+
+MemoryFit compute_fit_blocks(const KvFootprint& footprint, int64_t blocks_per_sequence, uint64_t memory_bytes,
+                             uint64_t weight_bytes, int kivi_residual_tokens) {
   MemoryFit fit;
   fit.memory_bytes = memory_bytes;
   fit.weight_bytes = weight_bytes;
@@ -87,7 +148,9 @@ MemoryFit compute_fit(const KvFootprint& footprint, int64_t resident_tokens, uin
   // Tokens: one sequence (one staging set) holding as many whole blocks as fit.
   const uint64_t for_blocks = fit.available_bytes > staging ? fit.available_bytes - staging : 0;
   fit.tokens = static_cast<int64_t>(for_blocks / footprint.bytes_per_block) * footprint.block_size;
-  const uint64_t per_sequence = blocks_for(resident_tokens, footprint.block_size) * footprint.bytes_per_block + staging;
+  // Saturates instead of wrapping: a sequence larger than 2^64 bytes fits zero times.
+  const unsigned __int128 per_sequence =
+      static_cast<unsigned __int128>(blocks_per_sequence) * footprint.bytes_per_block + staging;
   fit.sequences = per_sequence == 0 ? 0 : static_cast<int64_t>(fit.available_bytes / per_sequence);
   return fit;
 }
@@ -118,7 +181,8 @@ Result<Plan> make_plan(const ModelShape& shape, const PlanRequest& request) {
   baseline.v_type = KvType::kF16;
 
   std::vector<std::pair<KvOption, bool>> options{{baseline, true}};
-  for (KvOption& o : kv_options(shape)) options.emplace_back(std::move(o), false);
+  for (const PlanEviction& e : request.evictions) KVLM_RETURN_IF_ERROR(validate_plan_eviction(e));
+  for (KvOption& o : kv_options(shape, request.evictions)) options.emplace_back(std::move(o), false);
 
   for (auto& [option, is_baseline] : options) {
     PlanRow row;
@@ -129,17 +193,20 @@ Result<Plan> make_plan(const ModelShape& shape, const PlanRequest& request) {
     row.tokens_per_sequence = row.option.resident_tokens(request.ctx);
     row.formula_bytes = row.footprint.bytes_per_token() * static_cast<double>(row.tokens_per_sequence) *
                         static_cast<double>(request.batch);
+    row.blocks_per_sequence = row.option.blocks_per_sequence(request.ctx, request.block_size);
+    row.policy_extra_blocks =
+        row.blocks_per_sequence - static_cast<int64_t>(blocks_for(row.tokens_per_sequence, request.block_size));
     KVLM_ASSIGN_OR_RETURN(const uint64_t arena_per_sequence,
-                          checked_mul(blocks_for(row.tokens_per_sequence, request.block_size),
-                                      row.footprint.bytes_per_block, "bytes per sequence"));
+                          checked_mul(static_cast<uint64_t>(row.blocks_per_sequence), row.footprint.bytes_per_block,
+                                      "bytes per sequence"));
     row.staging_bytes_per_sequence = row.footprint.staging_bytes_per_sequence(request.kivi_residual_tokens);
     const uint64_t per_sequence = arena_per_sequence + row.staging_bytes_per_sequence;
     KVLM_ASSIGN_OR_RETURN(row.block_bytes_total,
                           checked_mul(per_sequence, static_cast<uint64_t>(request.batch), "total bytes"));
     row.ratio_to_baseline = row.footprint.bytes_per_token() / plan.baseline_bytes_per_token;
     if (request.memory_bytes) {
-      row.fit = compute_fit(row.footprint, row.tokens_per_sequence, *request.memory_bytes, request.weight_bytes,
-                            request.kivi_residual_tokens);
+      row.fit = compute_fit_blocks(row.footprint, row.blocks_per_sequence, *request.memory_bytes,
+                                   request.weight_bytes, request.kivi_residual_tokens);
     }
     plan.rows.push_back(std::move(row));
   }

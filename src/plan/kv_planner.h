@@ -6,6 +6,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -21,23 +22,52 @@ enum class CacheForm {
   kLatent,  // MLA: one latent [kv_lora_rank + rope_head_dim], K-only, shared by all heads
 };
 
+// Token eviction as the planner counts it: the policy names and the knobs of EvictionOptions
+// (src/evict/eviction_options.h) that change bytes. plan does not link kvlm_evict, so the
+// block rule lives in evicted_slot_blocks() below, checked against EvictingSequence by tests/plan.
+struct PlanEviction {
+  std::string policy;            // "window", "streaming", "h2o" or "snapkv" (eviction_policy_name)
+  int64_t budget = 0;            // tokens attention sees, new tokens included
+  int sinks = 4;                 // streaming: the first tokens, always kept
+  // snapkv: the longest prompt step; it runs whole on top of the compressed cache before it is
+  // compressed. 0: the budget (as EvictingSequence::max_blocks assumes, max(step, budget)).
+  int64_t prompt_step_tokens = 0;
+};
+
+// The policy names a PlanEviction accepts, "window, streaming, h2o, snapkv".
+std::string plan_policy_list();
+// Errors name the flag: an unknown policy, budget < 1, sinks outside [0, budget) for streaming.
+Status validate_plan_eviction(const PlanEviction& eviction);
+
+// Blocks a sequence may hold beyond those its live tokens fill, once it has evicted: evicted
+// slots not yet dropped. Must equal EvictingSequence::evicted_slot_blocks (src/evict/evicting_sequence.h;
+// asserted in tests/plan/kv_planner_test.cc): window and streaming leave evicted slots in at most
+// two blocks (the sinks' last block and the window's first) until a whole block is evicted and
+// dropped; h2o and snapkv compact their survivors, so 0.
+int evicted_slot_blocks(std::string_view policy);
+
 // One way to hold the cache. Every number comes from the codecs themselves
 // (kv_codec(type, role).block_bytes), so codecs added to kv/ appear with their exact bytes.
-//
-// Extension point for eviction policies (window, StreamingLLM, H2O, ...): an option with
-// token_budget > 0 holds min(ctx, budget) tokens per sequence. kv_options() lists only what
-// kvlm implements; a policy's issue adds its rows there.
+// An option with token_budget > 0 evicts: it holds min(ctx, budget) tokens per sequence.
 struct KvOption {
-  std::string label;         // "f16", "f16 latent"
+  std::string label;         // "f16", "f16 latent", "int8 + streaming 4096"
   KvType k_type = KvType::kF16;
   KvType v_type = KvType::kF16;  // ignored for kLatent
   CacheForm form = CacheForm::kFull;
   std::string policy = "full";   // eviction policy name; "full" keeps every token
   int64_t token_budget = 0;      // 0: no eviction
+  int sinks = 0;                 // streaming only
+  int64_t prompt_step_tokens = 0;  // snapkv only: see PlanEviction
 
   bool evicts() const { return token_budget > 0; }
   // Tokens one sequence of `ctx` tokens keeps resident.
   int64_t resident_tokens(int64_t ctx) const { return evicts() ? std::min(ctx, token_budget) : ctx; }
+  // Tokens one sequence of `ctx` holds at its peak: the resident ones, and for snapkv the prompt
+  // step that runs whole on top of the budget before compression.
+  int64_t peak_tokens(int64_t ctx) const;
+  // Whole blocks one sequence of `ctx` holds at its peak: ceil(peak_tokens / block_size), plus
+  // evicted_slot_blocks(policy) once the sequence has evicted (ctx > budget).
+  int64_t blocks_per_sequence(int64_t ctx, int block_size) const;
 };
 
 // Exact bytes of one option for one shape and block size.
@@ -71,8 +101,9 @@ Result<KvFootprint> kv_footprint(const ModelShape& shape, KvType k_type, KvType 
 double mha_f16_bytes_per_token(const ModelShape& shape);
 
 // The options kvlm supports for a shape, one per codec in all_kv_types() with K = V:
-// the full cache for MHA/GQA models, the latent for MLA models.
-std::vector<KvOption> kv_options(const ModelShape& shape);
+// the full cache for MHA/GQA models, the latent for MLA models; then, for each eviction in
+// `evictions`, the same codecs under that policy and budget.
+std::vector<KvOption> kv_options(const ModelShape& shape, std::span<const PlanEviction> evictions = {});
 
 // What fits in memory beside the weights, for one option.
 struct MemoryFit {
@@ -90,6 +121,7 @@ struct PlanRequest {
   std::optional<uint64_t> memory_bytes;  // fit is computed when set
   uint64_t weight_bytes = 0;             // subtracted from memory_bytes
   int kivi_residual_tokens = 0;          // KIVI options: KvStorageOptions::kivi_residual_tokens
+  std::vector<PlanEviction> evictions;   // rows for each codec under these policies, beside the full cache
 };
 
 struct PlanRow {
@@ -99,7 +131,11 @@ struct PlanRow {
   int64_t tokens_per_sequence = 0;  // resident tokens of one sequence of ctx
   double formula_bytes = 0;         // tokens_per_sequence × batch × bytes_per_token()
   uint64_t staging_bytes_per_sequence = 0;  // KIVI f32 staging (tail + residual blocks), else 0
-  // (ceil(tokens_per_sequence / block_size) × bytes_per_block + staging_bytes_per_sequence) × batch
+  // Whole blocks one sequence holds at its peak (KvOption::blocks_per_sequence), and of those
+  // the policy's extra ones: evicted slots not yet dropped, snapkv's uncompressed prompt step.
+  int64_t blocks_per_sequence = 0;
+  int64_t policy_extra_blocks = 0;
+  // (blocks_per_sequence × bytes_per_block + staging_bytes_per_sequence) × batch
   uint64_t block_bytes_total = 0;
   double ratio_to_baseline = 0;     // bytes_per_token / mha_f16_bytes_per_token
   std::optional<MemoryFit> fit;
@@ -109,15 +145,18 @@ struct Plan {
   ModelShape shape;
   PlanRequest request;
   double baseline_bytes_per_token = 0;
-  std::vector<PlanRow> rows;  // the baseline row first, then kv_options(shape)
+  std::vector<PlanRow> rows;  // the baseline row first, then kv_options(shape, request.evictions)
 };
 
 // Validates the shape and the request (ctx, batch, block size > 0) and fills every row.
 Result<Plan> make_plan(const ModelShape& shape, const PlanRequest& request);
 
-// The memory fit of one footprint for sequences of `resident_tokens`.
+// The memory fit of one footprint for sequences of `resident_tokens` (whole blocks, no eviction).
 MemoryFit compute_fit(const KvFootprint& footprint, int64_t resident_tokens, uint64_t memory_bytes,
                       uint64_t weight_bytes, int kivi_residual_tokens = 0);
+// The same for sequences of `blocks_per_sequence` blocks each (an evicting option's peak).
+MemoryFit compute_fit_blocks(const KvFootprint& footprint, int64_t blocks_per_sequence, uint64_t memory_bytes,
+                             uint64_t weight_bytes, int kivi_residual_tokens = 0);
 
 // What a live pool holding these sequences should hold, for comparing with KvStorage /
 // KvCacheManager numbers: a live pool allocates whole blocks, so

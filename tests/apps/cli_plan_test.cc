@@ -100,6 +100,80 @@ TEST(CliPlan, AdviseInJsonAndText) {
   EXPECT_NE(t.out.find("StreamingLLM"), std::string::npos) << t.out;
 }
 
+// f16 streaming at 4096 for llama-3-8b at 32768 tokens: 4096 resident tokens in 256 + 2 blocks
+// of 2 MiB (131,072 B/token × 16), beside the full cache's 2048 blocks.
+TEST(CliPlan, PolicyRowsInJson) {
+  const auto j = plan_json("--preset llama-3-8b --ctx 32768 --policy streaming --budget 4096");
+  ASSERT_TRUE(j.contains("rows"));
+  EXPECT_EQ(j["rows"].size(), 17u);  // the baseline, 8 codecs full, 8 codecs under streaming
+  ASSERT_EQ(j["evictions"].size(), 1u);
+  EXPECT_EQ(j["evictions"][0]["policy"], "streaming");
+  EXPECT_EQ(j["evictions"][0]["budget"].get<int64_t>(), 4096);
+  EXPECT_EQ(j["evictions"][0]["sinks"].get<int>(), 4);
+  EXPECT_EQ(j["evictions"][0]["evicted_slot_blocks"].get<int>(), 2);
+  const auto* s = row(j, "f16 + streaming 4096");
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ((*s)["policy"], "streaming");
+  EXPECT_EQ((*s)["token_budget"].get<int64_t>(), 4096);
+  EXPECT_EQ((*s)["tokens_per_sequence"].get<int64_t>(), 4096);
+  EXPECT_EQ((*s)["blocks_per_sequence"].get<int64_t>(), 258);
+  EXPECT_EQ((*s)["policy_extra_blocks"].get<int64_t>(), 2);
+  EXPECT_EQ((*s)["total_bytes_blocks"].get<uint64_t>(), 258ull * 2097152);
+  const auto* full = row(j, "f16");
+  ASSERT_NE(full, nullptr);
+  EXPECT_EQ((*full)["total_bytes_blocks"].get<uint64_t>(), 2048ull * 2097152);
+  for (const char* label : {"int8 + streaming 4096", "int4 + streaming 4096", "kivi4 + streaming 4096"}) {
+    const auto* r = row(j, label);
+    ASSERT_NE(r, nullptr) << label;
+    EXPECT_EQ((*r)["blocks_per_sequence"].get<int64_t>(), 258) << label;
+  }
+  // Past the trained 8192 tokens: fine for streaming within it, said in the notes.
+  EXPECT_TRUE(j["ctx_past_model_context"].get<bool>());
+  bool flat_note = false;
+  for (const auto& n : j["notes"]) flat_note |= n.get<std::string>().find("fine with streaming 4096") != std::string::npos;
+  EXPECT_TRUE(flat_note) << j["notes"].dump();
+
+  const auto h = plan_json("--preset llama-3-8b --ctx 32768 --policy h2o --budget 4096");
+  const auto* h2o = row(h, "f16 + h2o 4096");
+  ASSERT_NE(h2o, nullptr);
+  EXPECT_EQ((*h2o)["blocks_per_sequence"].get<int64_t>(), 256);
+  EXPECT_EQ((*h2o)["total_bytes_blocks"].get<uint64_t>(), 256ull * 2097152);
+}
+
+TEST(CliPlan, PolicyRowsInTheTableAndNotes) {
+  const auto t =
+      run_command(kvlm_binary() + " plan --preset llama-3-8b --ctx 32768 --policy window --budget 4096 --memory 24GiB");
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  EXPECT_NE(t.out.find("f16 + window 4096"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("tokens/seq"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("2 blocks of evicted slots"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("fine with window 4096"), std::string::npos) << t.out;
+  EXPECT_EQ(t.out.find("the model was not trained that long"), std::string::npos) << t.out;
+
+  // Without a policy the past-context warning stays.
+  const auto f = run_command(kvlm_binary() + " plan --preset llama-3-8b --ctx 32768");
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_NE(f.out.find("the model was not trained that long"), std::string::npos) << f.out;
+}
+
+TEST(CliPlan, AdviseLongChatRecommendsStreaming) {
+  const auto j = plan_json("--preset llama-3-8b --ctx 131072 --memory 24GiB --advise long-chat");
+  ASSERT_TRUE(j.contains("advice"));
+  const auto& a = j["advice"];
+  ASSERT_FALSE(a["chosen"].is_null());
+  EXPECT_EQ(a["chosen"]["policy"], "streaming");
+  EXPECT_EQ(a["chosen"]["token_budget"].get<int64_t>(), 8192);
+  EXPECT_EQ(a["chosen"]["sinks"].get<int>(), 4);
+  EXPECT_NE(a["recommendation"].get<std::string>().find("--policy streaming --budget 8192 --sinks 4"),
+            std::string::npos);
+  EXPECT_EQ(j.dump().find("not implemented"), std::string::npos);
+
+  const auto r = plan_json("--preset llama-3-8b --ctx 8192 --memory 24GiB --advise long-recall");
+  ASSERT_FALSE(r["advice"]["chosen"].is_null());
+  EXPECT_EQ(r["advice"]["chosen"]["policy"], "full");
+  EXPECT_EQ(r["evictions"].size(), 0u);
+}
+
 TEST(CliPlan, BadInputsAreOneLineErrors) {
   struct Case {
     std::string args;
@@ -116,6 +190,13 @@ TEST(CliPlan, BadInputsAreOneLineErrors) {
       {"--layers 4 --heads 6 --kv-heads 4 --head-dim 64", "not a multiple of kv heads 4"},
       {"--preset llama-2-7b --batch 0", "batch 0"},
       {"--model /nonexistent/m.gguf", "/nonexistent/m.gguf"},
+      {"--preset llama-3-8b --policy streaming --budget 0", "--policy streaming needs --budget"},
+      {"--preset llama-3-8b --policy streaming", "--policy streaming needs --budget"},
+      {"--preset llama-3-8b --policy lru --budget 100", "unknown eviction policy 'lru'"},
+      {"--preset llama-3-8b --policy snapkv --budget 1", "--policy snapkv needs --budget >= 2"},
+      {"--preset llama-3-8b --budget 100", "--budget needs --policy"},
+      {"--preset llama-3-8b --policy h2o --budget 100 --sinks 2", "--sinks applies to --policy streaming"},
+      {"--preset llama-3-8b --policy streaming --budget 4 --sinks 4", "--sinks 4 must be in [0, --budget 4)"},
   };
   for (const Case& c : cases) {
     const auto r = run_command(kvlm_binary() + " plan " + c.args);
