@@ -1,5 +1,5 @@
-// `kvlm report`: runs the matrix of KV options through every instrument and writes report.md,
-// report.json and PNG plots into a folder.
+// `kvlm report`: runs the matrix of KV options (codecs, and eviction policies at their budgets)
+// through every instrument and writes report.md, report.json and PNG plots into a folder.
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -88,7 +88,8 @@ void run(const ReportFlags& f) {
 
 CLI::App* add_report_command(CLI::App& app) {
   auto flags = std::make_shared<ReportFlags>();
-  CLI::App* cmd = app.add_subcommand("report", "Measure every KV option with every instrument; write report.md + plots");
+  CLI::App* cmd = app.add_subcommand(
+      "report", "Measure every KV option and eviction policy with every instrument; write report.md + plots");
   cmd->add_option("--model,-m", flags->model, "GGUF model file")->required();
   cmd->add_option("--text,-f", flags->text, "evaluation text file")->required();
   cmd->add_option("--out,-o", flags->out, "folder for report.md, report.json and the PNGs")->required();

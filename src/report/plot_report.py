@@ -102,6 +102,88 @@ def plot_recall(report, out_dir):
     save(fig, out_dir, "recall.png")
 
 
+def policy_axes(figsize):
+    """Axes for the eviction plots: few lines, so the 10 strong colours (tab20's pairs look alike)."""
+    fig, ax = plt.subplots(figsize=figsize)
+    ax.set_prop_cycle(cycler(color=plt.get_cmap("tab10").colors))
+    return fig, ax
+
+
+def legend_outside(ax):
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+
+
+def plot_stream_policies(report, out_dir):
+    runs = report.get("stream_policies", [])
+    if not runs:
+        return
+    fig, ax = policy_axes((9, 3.8))
+    for run in runs:
+        ends = [s["end"] for s in run["segments"]]
+        style = {"color": "black", "linewidth": 1.6} if run.get("policy", "none") == "none" else {}
+        ax.plot(ends, [s["ppl"] for s in run["segments"]], marker=".", label=run["option"], **style)
+    trained = report.get("stream_trained_ctx")
+    if trained:
+        ax.axvline(trained, color="gray", linestyle="--", linewidth=0.8)
+        ax.annotate("trained context", (trained, ax.get_ylim()[1]), fontsize=8, ha="left", va="top")
+    ax.set_xlabel("position in the stream (tokens)")
+    ax.set_ylabel("perplexity of the segment")
+    ax.set_yscale("log")
+    ax.set_title(f'Stream perplexity under token eviction (budget {report.get("evict_stream_budget", "?")})')
+    legend_outside(ax)
+    save(fig, out_dir, "stream_ppl_policies.png")
+
+
+def plot_quality_vs_budget(report, out_dir):
+    rows = report.get("quality_policies", [])
+    ctx = report.get("quality_ctx", 0)
+    if not rows or not ctx:
+        return
+    fig, ax = policy_axes((8.5, 3.8))
+    # One line per policy with the f32 codec; composed rows (a quantized codec too) as single markers.
+    lines = {}
+    for r in rows:
+        key = r["policy"] if r["kv_type_k"] == "f32" and r["kv_type_v"] == "f32" else r["option"]
+        lines.setdefault(key, []).append((r["budget"] / ctx, r["delta_ppl_pct"]))
+    for key, points in lines.items():
+        points.sort()
+        xs = [100 * x for x, _ in points]
+        ys = [y for _, y in points]
+        ax.plot(xs, ys, marker="o" if len(points) > 1 else "D", linestyle="-" if len(points) > 1 else "none",
+                label=key)
+    ax.axhline(0, color="black", linewidth=0.6)
+    ax.set_yscale("symlog", linthresh=1.0)
+    ax.set_xlabel(f"budget (% of the {ctx}-token window)")
+    ax.set_ylabel("ΔPPL vs f32 full cache (%, symlog)")
+    ax.set_title("Quality against the eviction budget")
+    legend_outside(ax)
+    save(fig, out_dir, "quality_vs_budget.png")
+
+
+def plot_recall_policies(report, out_dir):
+    runs = report.get("recall_policies", [])
+    if not runs:
+        return
+    fig, ax = policy_axes((8.5, 3.8))
+    for run in runs:
+        evicts = run.get("policy", "none") != "none"
+        ax.errorbar(run["distances"], run["accuracy"], yerr=run.get("accuracy_stderr"), marker="s" if evicts else "o",
+                    linestyle="--" if evicts else "-", capsize=2, label=run["option"])
+    first = runs[0]
+    ax.plot(first["distances"], first["control"], linestyle=":", color="gray", linewidth=2,
+            label="control (a different first span)")
+    budgets = sorted({run["budget"] for run in runs if run.get("budget")})
+    span = report.get("recall_span", 0)
+    for budget in budgets:
+        ax.axvline(budget - span, color="gray", linestyle="--", linewidth=0.8)
+        ax.annotate(f"budget {budget} − span", (budget - span, ax.get_ylim()[0]), fontsize=8, ha="left", va="bottom")
+    ax.set_xlabel("distance between the two copies (tokens)")
+    ax.set_ylabel("top-1 accuracy on the second copy")
+    ax.set_title("Recall: details quantized against details evicted")
+    legend_outside(ax)
+    save(fig, out_dir, "recall_policies.png")
+
+
 def plot_speed(report, out_dir):
     runs = report.get("speed", [])
     if not runs:
@@ -123,7 +205,8 @@ def main():
     with open(sys.argv[1], encoding="utf-8") as f:
         report = json.load(f)
     out_dir = sys.argv[2]
-    for plot in (plot_memory, plot_quality, plot_stream, plot_recall, plot_speed):
+    for plot in (plot_memory, plot_quality, plot_quality_vs_budget, plot_stream, plot_stream_policies, plot_recall,
+                 plot_recall_policies, plot_speed):
         plot(report, out_dir)
 
 

@@ -1,5 +1,7 @@
 #include "report/report_config.h"
 
+#include <algorithm>
+#include <cmath>
 #include <optional>
 #include <string_view>
 
@@ -45,6 +47,58 @@ std::vector<ReportOption> default_report_options() {
   return options;
 }
 
+ReportOption make_policy_option(const ReportConfig& config, const std::string& policy, int budget,
+                                const ReportOption& codec) {
+  ReportOption o = codec;
+  o.policy = policy;
+  o.budget = budget;
+  if (policy == "streaming") o.sinks = config.evict_sinks;
+  if (policy == "snapkv") o.snapkv_window = std::min(config.snapkv_window_max, budget / 4);
+  o.label = fmt::format("{} b{}", policy, budget);
+  if (codec.label != "f32") o.label += " + " + codec.label;
+  return o;
+}
+
+std::vector<ReportOption> stream_policy_options(const ReportConfig& config) {
+  std::vector<ReportOption> options;
+  const ReportOption f32 = *make_option("f32", "f32");
+  for (const std::string& policy : config.evict_policies) {
+    options.push_back(make_policy_option(config, policy, config.evict_budget, f32));
+  }
+  return options;
+}
+
+std::vector<ReportOption> quality_policy_options(const ReportConfig& config) {
+  std::vector<ReportOption> options;
+  const ReportOption f32 = *make_option("f32", "f32");
+  const auto budget_of = [&](double fraction) { return static_cast<int>(std::lround(fraction * config.ppl_ctx)); };
+  for (const std::string& policy : config.evict_policies) {
+    for (double fraction : config.evict_budget_fractions) {
+      options.push_back(make_policy_option(config, policy, budget_of(fraction), f32));
+    }
+  }
+  const int composed = budget_of(config.composed_budget_fraction);
+  if (auto int8 = make_option("int8", "int8")) {
+    options.push_back(make_policy_option(config, "streaming", composed, *int8));
+  }
+  if (auto kivi4 = make_option("kivi4", "kivi4", config.composed_kivi_residual)) {
+    options.push_back(make_policy_option(config, "h2o", composed, *kivi4));
+  }
+  return options;
+}
+
+std::vector<ReportOption> recall_policy_options(const ReportConfig& config) {
+  std::vector<ReportOption> options;
+  for (const std::string& codec : config.recall_evict_codecs) {
+    if (auto o = make_option(codec, codec)) options.push_back(*o);
+  }
+  const ReportOption f32 = *make_option("f32", "f32");
+  for (const std::string& policy : config.recall_evict_policies) {
+    options.push_back(make_policy_option(config, policy, config.recall_evict_budget, f32));
+  }
+  return options;
+}
+
 Result<ReportConfig> report_config_named(const std::string& name) {
   ReportConfig config;
   config.name = name;
@@ -63,6 +117,10 @@ Result<ReportConfig> report_config_named(const std::string& name) {
     config.bench_gen = 8;
     config.bench_depths = {0, 128};
     config.bench_reps = 2;
+    config.evict_budget_fractions = {0.125, 0.5};
+    config.recall_evict_distances = {0, 64, 192};
+    config.recall_evict_trials = 2;
+    config.sink_probe_queries = {{100, 150}};
     return config;
   }
   return Status::errorf("report configuration '{}' is not one of: full, quick", name);
@@ -73,6 +131,8 @@ nlohmann::json report_config_to_json(const ReportConfig& c) {
   for (const ReportOption& o : c.options) options.push_back(o.label);
   nlohmann::json stream_options = nlohmann::json::array();
   for (const ReportOption& o : c.stream_options) stream_options.push_back(o.label);
+  nlohmann::json sink_queries = nlohmann::json::array();
+  for (const auto& [begin, end] : c.sink_probe_queries) sink_queries.push_back({begin, end});
   return {
       {"name", c.name},
       {"options", options},
@@ -91,6 +151,19 @@ nlohmann::json report_config_to_json(const ReportConfig& c) {
       {"bench_gen", c.bench_gen},
       {"bench_depths", c.bench_depths},
       {"bench_reps", c.bench_reps},
+      {"evict_policies", c.evict_policies},
+      {"evict_sinks", c.evict_sinks},
+      {"snapkv_window_max", c.snapkv_window_max},
+      {"evict_budget", c.evict_budget},
+      {"evict_budget_fractions", c.evict_budget_fractions},
+      {"composed_budget_fraction", c.composed_budget_fraction},
+      {"composed_kivi_residual", c.composed_kivi_residual},
+      {"recall_evict_budget", c.recall_evict_budget},
+      {"recall_evict_policies", c.recall_evict_policies},
+      {"recall_evict_codecs", c.recall_evict_codecs},
+      {"recall_evict_distances", c.recall_evict_distances},
+      {"recall_evict_trials", c.recall_evict_trials},
+      {"sink_probe_queries", sink_queries},
   };
 }
 

@@ -9,13 +9,19 @@
 
 namespace kvlm {
 
-// One KV configuration the report compares (a codec for K and for V today; eviction
-// policies and MLA join the label and these fields in later issues).
+// One KV configuration the report compares: a codec for K and for V, and a token-eviction
+// policy with its budget ("none": the full cache).
 struct ReportOption {
-  std::string label;   // "f16", "int8/int4" (K/V)
+  std::string label;   // "f16", "int8/int4" (K/V), "h2o b64 + kivi4 r16"
   std::string k_type;  // codec names as `--kv-type-k` takes them
   std::string v_type;
   int kivi_residual = 0;  // KIVI codecs: newest tokens kept in full precision
+  std::string policy = "none";  // eviction policy as `--policy` takes it
+  int budget = 0;               // tokens attention sees (`--budget`); 0 with "none"
+  int sinks = 0;                // streaming: first tokens always kept
+  int snapkv_window = 0;        // snapkv: last prompt tokens whose attention votes
+
+  bool evicts() const { return policy != "none"; }
 };
 
 struct MemoryRow {
@@ -51,6 +57,28 @@ struct StreamRun {
   ReportOption option;
   double overall_ppl = 0;
   std::vector<StreamSegmentRow> segments;
+  double in_context_ppl = 0;    // predictions at positions < the trained context
+  double past_context_ppl = 0;  // predictions at positions >= it (0 when there are none)
+  uint64_t kv_bytes_peak = 0;   // most bytes the live pool held, measured after every forward
+  double seconds = 0;
+};
+
+// Bytes one sequence holds under an eviction policy, against the planner's bound for its budget.
+struct EvictionMemoryRow {
+  ReportOption option;
+  int64_t tokens = 0;             // tokens fed (the stream's length)
+  uint64_t planned_bytes = 0;     // planner: resident tokens (min(tokens, budget)) x bytes per token
+  uint64_t peak_bytes = 0;        // the stream run's measured peak
+  uint64_t full_cache_bytes = 0;  // planner: every token kept, for comparison
+};
+
+// Share of attention the first token receives, over all layers and heads: a model whose queries
+// put much more than the uniform share there uses it as an attention sink (StreamingLLM).
+struct SinkProbeRow {
+  int query_begin = 0;  // positions of the queries averaged over: [query_begin, query_end)
+  int query_end = 0;
+  double first_token_share = 0;  // mean over queries and heads of the weight on position 0
+  double uniform_share = 0;      // the same mean if every query spread its weight evenly: mean 1/(q+1)
 };
 
 struct RecallRun {
@@ -103,6 +131,16 @@ struct ReportData {
   bool recall_text_spans = false;  // spans cut from the text, else random ordinary tokens
   int recall_trials = 0;
   std::vector<RecallRun> recall;
+
+  // Token eviction (policies at a budget, measured with the instruments above).
+  int evict_stream_budget = 0;
+  std::vector<StreamRun> stream_policies;  // the full cache first, then one run per policy
+  std::vector<EvictionMemoryRow> eviction_memory;
+  std::vector<SinkProbeRow> sink_probe;
+  std::vector<QualityRow> quality_policies;  // against the f32 full-cache baseline of `quality`
+  int recall_policies_trials = 0;
+  std::vector<RecallRun> recall_policies;   // the full caches first, then the policies
+
   int speed_threads = 0;
   int speed_reps = 0;
   int speed_gen_tokens = 0;

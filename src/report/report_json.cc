@@ -6,7 +6,41 @@ namespace {
 using nlohmann::json;
 
 json option_fields(const ReportOption& o) {
-  return {{"option", o.label}, {"kv_type_k", o.k_type}, {"kv_type_v", o.v_type}, {"kivi_residual", o.kivi_residual}};
+  json j = {{"option", o.label},   {"kv_type_k", o.k_type}, {"kv_type_v", o.v_type},
+            {"kivi_residual", o.kivi_residual}, {"policy", o.policy}, {"budget", o.budget}};
+  if (o.sinks > 0) j["sinks"] = o.sinks;
+  if (o.snapkv_window > 0) j["snapkv_window"] = o.snapkv_window;
+  return j;
+}
+
+json quality_fields(const QualityRow& r) {
+  json row = option_fields(r.option);
+  row.update({{"baseline", r.baseline},       {"ppl", r.ppl},         {"ppl_stderr", r.ppl_stderr},
+              {"delta_ppl_pct", r.delta_ppl_pct}, {"mean_kld", r.mean_kld}, {"kld_p99", r.kld_p99},
+              {"top1_agreement", r.top1_agreement}, {"rms_dp", r.rms_dp}, {"kv_bytes_peak", r.kv_bytes_peak},
+              {"tokens_scored", r.tokens_scored}});
+  return row;
+}
+
+json stream_fields(const StreamRun& run) {
+  json row = option_fields(run.option);
+  row["overall_ppl"] = run.overall_ppl;
+  row["in_context_ppl"] = run.in_context_ppl;
+  row["past_context_ppl"] = run.past_context_ppl;
+  row["kv_bytes_peak"] = run.kv_bytes_peak;
+  row["seconds"] = run.seconds;
+  row["segments"] = json::array();
+  for (const StreamSegmentRow& s : run.segments) {
+    row["segments"].push_back({{"begin", s.begin}, {"end", s.end}, {"ppl", s.ppl}, {"kv_bytes", s.kv_bytes}});
+  }
+  return row;
+}
+
+json recall_fields(const RecallRun& run) {
+  json row = option_fields(run.option);
+  row.update({{"distances", run.distances}, {"prompt_tokens", run.prompt_tokens}, {"accuracy", run.accuracy},
+              {"accuracy_stderr", run.accuracy_stderr}, {"control", run.control}, {"chance", run.chance}});
+  return row;
 }
 
 }  // namespace
@@ -36,36 +70,36 @@ json report_to_json(const ReportData& d) {
   }
   j["quality_ctx"] = d.quality_ctx;
   j["quality"] = json::array();
-  for (const QualityRow& r : d.quality) {
-    json row = option_fields(r.option);
-    row.update({{"baseline", r.baseline},       {"ppl", r.ppl},         {"ppl_stderr", r.ppl_stderr},
-                {"delta_ppl_pct", r.delta_ppl_pct}, {"mean_kld", r.mean_kld}, {"kld_p99", r.kld_p99},
-                {"top1_agreement", r.top1_agreement}, {"rms_dp", r.rms_dp}, {"kv_bytes_peak", r.kv_bytes_peak},
-                {"tokens_scored", r.tokens_scored}});
-    j["quality"].push_back(row);
-  }
+  for (const QualityRow& r : d.quality) j["quality"].push_back(quality_fields(r));
   j["stream_trained_ctx"] = d.stream_trained_ctx;
   j["stream_segment"] = d.stream_segment;
   j["stream"] = json::array();
-  for (const StreamRun& run : d.stream) {
-    json row = option_fields(run.option);
-    row["overall_ppl"] = run.overall_ppl;
-    row["segments"] = json::array();
-    for (const StreamSegmentRow& s : run.segments) {
-      row["segments"].push_back({{"begin", s.begin}, {"end", s.end}, {"ppl", s.ppl}, {"kv_bytes", s.kv_bytes}});
-    }
-    j["stream"].push_back(row);
+  for (const StreamRun& run : d.stream) j["stream"].push_back(stream_fields(run));
+  j["evict_stream_budget"] = d.evict_stream_budget;
+  j["stream_policies"] = json::array();
+  for (const StreamRun& run : d.stream_policies) j["stream_policies"].push_back(stream_fields(run));
+  j["eviction_memory"] = json::array();
+  for (const EvictionMemoryRow& r : d.eviction_memory) {
+    json row = option_fields(r.option);
+    row.update({{"tokens", r.tokens}, {"planned_bytes", r.planned_bytes}, {"peak_bytes", r.peak_bytes},
+                {"full_cache_bytes", r.full_cache_bytes}});
+    j["eviction_memory"].push_back(row);
   }
+  j["sink_probe"] = json::array();
+  for (const SinkProbeRow& r : d.sink_probe) {
+    j["sink_probe"].push_back({{"query_begin", r.query_begin}, {"query_end", r.query_end},
+                               {"first_token_share", r.first_token_share}, {"uniform_share", r.uniform_share}});
+  }
+  j["quality_policies"] = json::array();
+  for (const QualityRow& r : d.quality_policies) j["quality_policies"].push_back(quality_fields(r));
   j["recall_span"] = d.recall_span;
   j["recall_spans"] = d.recall_text_spans ? "text" : "random";
   j["recall_trials"] = d.recall_trials;
   j["recall"] = json::array();
-  for (const RecallRun& run : d.recall) {
-    json row = option_fields(run.option);
-    row.update({{"distances", run.distances}, {"prompt_tokens", run.prompt_tokens}, {"accuracy", run.accuracy}, {"accuracy_stderr", run.accuracy_stderr},
-                {"control", run.control}, {"chance", run.chance}});
-    j["recall"].push_back(row);
-  }
+  for (const RecallRun& run : d.recall) j["recall"].push_back(recall_fields(run));
+  j["recall_policies_trials"] = d.recall_policies_trials;
+  j["recall_policies"] = json::array();
+  for (const RecallRun& run : d.recall_policies) j["recall_policies"].push_back(recall_fields(run));
   j["speed_threads"] = d.speed_threads;
   j["speed_reps"] = d.speed_reps;
   j["speed_gen_tokens"] = d.speed_gen_tokens;

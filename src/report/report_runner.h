@@ -1,5 +1,6 @@
 // Runs a report's matrix of KV options through the instruments (planner, perplexity + KLD,
-// stream perplexity, recall probe, speed bench) and collects the numbers.
+// stream perplexity, recall probe, speed bench), the token-eviction policies through the
+// quality, stream and recall instruments, and collects the numbers.
 #pragma once
 
 #include <functional>

@@ -32,12 +32,18 @@ TEST(CliReport, QuickReportOnStories260KWritesEverySection) {
   const auto r = run_command(kvlm_binary() + " report --model " + model.string() + " --text " + text.string() +
                              " --config quick --trained-ctx 512 --threads 2 --out " + out.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  for (const char* png : {"memory_per_token.png", "quality.png", "stream_ppl.png", "recall.png", "decode_speed.png"}) {
+  // The PNGs need python3-matplotlib, which CI has; without it the run fails with a clear error.
+  for (const char* png : {"memory_per_token.png", "quality.png", "quality_vs_budget.png", "stream_ppl.png",
+                          "stream_ppl_policies.png", "recall.png", "recall_policies.png", "decode_speed.png"}) {
     EXPECT_TRUE(std::filesystem::exists(out / png)) << png;
   }
   const std::string md = slurp(out / "report.md");
-  for (const char* section : {"## Memory per token", "## Quality", "## Stream perplexity over length",
-                              "## Recall against distance", "## Decode speed against depth", "](quality.png)"}) {
+  for (const char* section :
+       {"## Memory per token", "### Bytes held under token eviction", "## Quality", "### Quality under token eviction",
+        "## Stream perplexity over length", "## Stream perplexity under token eviction",
+        "## Recall against distance", "## Recall: details quantized against details evicted",
+        "## Decode speed against depth", "](quality.png)", "](stream_ppl_policies.png)", "](quality_vs_budget.png)",
+        "](recall_policies.png)"}) {
     EXPECT_NE(md.find(section), std::string::npos) << section;
   }
   const auto j = nlohmann::json::parse(slurp(out / "report.json"));
@@ -63,6 +69,47 @@ TEST(CliReport, QuickReportOnStories260KWritesEverySection) {
   EXPECT_EQ(j["stream"][0]["segments"].size(), 6u);  // 1535 predictions in segments of 256
   ASSERT_EQ(j["recall"].size(), num_options);
   EXPECT_EQ(j["recall"][0]["distances"].size(), 3u);
+  // Eviction: the full cache and one stream per policy, memory bounded by the budget (SnapKV:
+  // plus the chunk it runs whole before compressing), quality rows at both quick budgets.
+  const auto& policies = j["stream_policies"];
+  ASSERT_EQ(policies.size(), 5u);
+  EXPECT_EQ(policies[0]["policy"], "none");
+  const double bytes_per_token = j["memory"][0]["bytes_per_token"].get<double>();  // f32
+  const int budget = j["evict_stream_budget"].get<int>();
+  for (size_t i = 1; i < policies.size(); ++i) {
+    SCOPED_TRACE(policies[i]["option"].get<std::string>());
+    const auto peak = policies[i]["kv_bytes_peak"].get<double>();
+    EXPECT_LT(peak, policies[0]["kv_bytes_peak"].get<double>());
+    EXPECT_GE(peak, budget * bytes_per_token);
+    EXPECT_LE(peak, (budget + 256 + 2 * 16) * bytes_per_token);  // budget + a chunk + two blocks
+    // The segments past the budget hold the same bytes, give or take the evicted blocks.
+    const auto& segments = policies[i]["segments"];
+    ASSERT_EQ(segments.size(), 6u);
+    if (policies[i]["policy"] != "snapkv") {
+      for (size_t s = 2; s < segments.size(); ++s) {
+        EXPECT_NEAR(segments[s]["kv_bytes"].get<double>(), segments[1]["kv_bytes"].get<double>(),
+                    2 * 16 * bytes_per_token);
+      }
+    }
+    EXPECT_GT(policies[i]["overall_ppl"].get<double>(), 2.0);
+  }
+  ASSERT_EQ(j["eviction_memory"].size(), 5u);
+  ASSERT_EQ(j["quality_policies"].size(), 4u * 2 + 2);
+  for (const auto& row : j["quality_policies"]) {
+    SCOPED_TRACE(row["option"].get<std::string>());
+    // Dropping tokens changes the distributions, except SnapKV at half the window: its prompt
+    // (the unscored half) fits the budget, so nothing is compressed.
+    if (row["policy"] == "snapkv" && row["budget"].get<int>() >= j["quality_ctx"].get<int>() / 2) {
+      EXPECT_LT(row["mean_kld"].get<double>(), 1e-9);
+    } else {
+      EXPECT_GT(row["mean_kld"].get<double>(), 1e-4);
+    }
+    EXPECT_EQ(row["tokens_scored"], j["quality"][0]["tokens_scored"]);
+  }
+  ASSERT_EQ(j["sink_probe"].size(), 1u);
+  EXPECT_GT(j["sink_probe"][0]["uniform_share"].get<double>(), 0.0);
+  ASSERT_EQ(j["recall_policies"].size(), 6u);
+  EXPECT_EQ(j["recall_policies"][0]["distances"].size(), 3u);
   ASSERT_EQ(j["speed"].size(), num_options);
   for (const auto& run : j["speed"]) {
     for (const auto& tps : run["tg_tokens_per_second"]) EXPECT_GT(tps.get<double>(), 0.0);
