@@ -67,7 +67,12 @@ void run_recall(const RecallFlags& f) {
   options.seed = f.seed;
   options.chunk = f.chunk;
   options.context_limit = f.trained_ctx;
-  options.past_context = f.allow_past_context ? PastContext::kAllow : PastContext::kRefuse;
+  // A window (with or without sinks) never lets a query see a key farther back than the budget,
+  // so prompts past the context are what those policies are for.
+  const EvictionPolicy policy = value_or_throw(parse_eviction_policy(f.evict.policy));
+  const bool runs_past_context = policy == EvictionPolicy::kWindow || policy == EvictionPolicy::kStreaming;
+  const bool allow_past_context = f.allow_past_context || runs_past_context;
+  options.past_context = allow_past_context ? PastContext::kAllow : PastContext::kRefuse;
   options.cache.k_type = f.kv.k_type();
   options.cache.v_type = f.kv.v_type();
   options.cache.storage = f.kv.storage_options();
@@ -101,7 +106,7 @@ void run_recall(const RecallFlags& f) {
         {"spans", f.span_source},
         {"seed", f.seed},
         {"context_limit", r.context_limit},
-        {"allow_past_context", f.allow_past_context},
+        {"allow_past_context", allow_past_context},
         {"cache", describe_eviction(eviction)},
         {"policy", eviction_policy_name(eviction.policy)},
         {"budget", eviction.budget},
@@ -143,7 +148,7 @@ void run_recall(const RecallFlags& f) {
     }
   }
   std::printf("context limit %d tokens%s; %.2f s\n", r.context_limit,
-              f.allow_past_context ? " (prompts past it allowed)" : "", r.seconds);
+              allow_past_context ? " (prompts past it allowed)" : "", r.seconds);
 }
 
 }  // namespace
@@ -164,7 +169,8 @@ CLI::App* add_eval_recall_command(CLI::App* eval) {
   cmd->add_option("--seed", flags->seed, "random seed: the same seed gives the same trials")->capture_default_str();
   cmd->add_option("--chunk", flags->chunk, "tokens per forward pass")->capture_default_str();
   cmd->add_option("--trained-ctx", flags->trained_ctx, "context limit for prompts (default: the GGUF's)");
-  cmd->add_flag("--allow-past-context", flags->allow_past_context, "run prompts longer than the context limit");
+  cmd->add_flag("--allow-past-context", flags->allow_past_context,
+                "run prompts longer than the context limit (implied by --policy window or streaming)");
   flags->kv.add_to(cmd);
   flags->evict.add_to(cmd);
   cmd->add_option("--block-size", flags->block_size, "tokens per KV block")->capture_default_str();

@@ -64,8 +64,7 @@ void run_stream(const StreamFlags& f) {
   const std::string cache_label = describe_eviction(eviction);
   ThreadPool pool(resolve_threads(f.threads));
   const StreamResult r = value_or_throw(evaluate_stream(*model, pool, tokens, options));
-  int64_t peak_tokens = 0;
-  for (const StreamSegment& s : r.segments) peak_tokens = std::max(peak_tokens, s.kv_cached_tokens);
+  const int64_t peak_tokens = r.kv_cached_peak;
   const PlannerCheck planner = check_against_planner(model->config(), options.cache.k_type, options.cache.v_type,
                                                      f.block_size, {peak_tokens}, r.kv_bytes_peak,
                                                      options.cache.storage.kivi_residual_tokens, 0,

@@ -47,6 +47,11 @@ class EvalSequenceCache {
   virtual int64_t num_cached() const = 0;       // token slots the cache holds now
   virtual int num_blocks_held() const = 0;      // blocks in use in the live pool now
   virtual uint64_t bytes_per_block() const = 0; // K + V bytes of one block over all layers
+  // The most blocks held at any moment since the cache was made, also inside a forward (SnapKV
+  // holds a whole prompt step before it compresses); at least num_blocks_held().
+  virtual int peak_blocks_held() const { return num_blocks_held(); }
+  // The most token slots attention saw at any moment since the cache was made; at least num_cached().
+  virtual int64_t peak_cached() const { return num_cached(); }
   uint64_t bytes_held() const { return static_cast<uint64_t>(num_blocks_held()) * bytes_per_block(); }
 };
 

@@ -22,6 +22,8 @@ class EvictingEvalCache final : public EvalSequenceCache {
   void forward(std::span<const TokenId> tokens, LogitsRows rows, std::vector<float>& logits) override {
     if (!sequence_) sequence_ = std::make_unique<EvictingSequence>(model_, manager_, *storage_, eviction_);
     const Status status = sequence_->forward(tokens, rows, pool_, logits);
+    peak_blocks_ = std::max(peak_blocks_, sequence_->stats().peak_blocks);
+    peak_live_ = std::max(peak_live_, sequence_->stats().peak_live_tokens);
     // The pool is sized from the policy's own bound and the evaluations validate tokens.
     KVLM_CHECK(status.ok(), "evicting eval cache: {}", status.message());
   }
@@ -31,6 +33,8 @@ class EvictingEvalCache final : public EvalSequenceCache {
   int64_t num_cached() const override { return sequence_ ? sequence_->num_live() : 0; }
   int num_blocks_held() const override { return manager_.num_used_blocks(); }
   uint64_t bytes_per_block() const override { return storage_->bytes_per_block(); }
+  int peak_blocks_held() const override { return std::max(peak_blocks_, num_blocks_held()); }
+  int64_t peak_cached() const override { return std::max<int64_t>(peak_live_, num_cached()); }
 
  private:
   LlamaModel& model_;
@@ -38,6 +42,8 @@ class EvictingEvalCache final : public EvalSequenceCache {
   std::unique_ptr<KvStorage> storage_;
   KvCacheManager manager_;
   EvictionOptions eviction_;
+  int peak_blocks_ = 0;  // over every sequence since the cache was made
+  int peak_live_ = 0;
   std::unique_ptr<EvictingSequence> sequence_;  // declared last: released before the pool it holds blocks of
 };
 

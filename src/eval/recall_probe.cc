@@ -271,7 +271,8 @@ Result<RecallResult> run_recall_probe(LlamaModel& model, ThreadPool& pool, const
         const RepeatTrial& trial = trials[static_cast<size_t>(t)];
         const RepeatPrompt probe = build_repeat_prompt(tok.bos_id(), trial.probe, trial.filler, d, trial.probe);
         acc.push_back(score_repeat(*cache, probe, config.vocab_size, options.chunk));
-        result.kv_bytes_peak = std::max(result.kv_bytes_peak, cache->bytes_held());
+        result.kv_bytes_peak = std::max(
+            result.kv_bytes_peak, static_cast<uint64_t>(cache->peak_blocks_held()) * cache->bytes_per_block());
         const RepeatPrompt ctl = build_repeat_prompt(tok.bos_id(), trial.control, trial.filler, d, trial.probe);
         control.push_back(score_repeat(*cache, ctl, config.vocab_size, options.chunk));
         continue;
@@ -297,7 +298,8 @@ Result<RecallResult> run_recall_probe(LlamaModel& model, ThreadPool& pool, const
         if (std::any_of(answer.begin(), answer.end(), digit) && !digit(answer.back())) break;
         if (i + 1 < options.passkey_max_new_tokens) cache->forward(std::span<const TokenId>(&next, 1), LogitsRows::kLast, logits);
       }
-      result.kv_bytes_peak = std::max(result.kv_bytes_peak, cache->bytes_held());
+      result.kv_bytes_peak = std::max(
+          result.kv_bytes_peak, static_cast<uint64_t>(cache->peak_blocks_held()) * cache->bytes_per_block());
       const int matched = passkey_digits_matched(answer, key);
       acc.push_back(matched == kPasskeyDigits ? 1.0 : 0.0);
       digits.push_back(static_cast<double>(matched) / kPasskeyDigits);

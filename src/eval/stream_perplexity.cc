@@ -63,7 +63,9 @@ Result<StreamResult> evaluate_stream(LlamaModel& model, ThreadPool& pool, std::s
       log_softmax(std::span<const float>(logits).subspan(static_cast<size_t>(p - pos) * vocab, vocab), log_probs);
       nll.push_back(-log_probs[static_cast<size_t>(stream[static_cast<size_t>(p + 1)])]);
     }
-    result.kv_bytes_peak = std::max(result.kv_bytes_peak, cache->bytes_held());
+    result.kv_bytes_peak =
+        std::max(result.kv_bytes_peak, static_cast<uint64_t>(cache->peak_blocks_held()) * cache->bytes_per_block());
+    result.kv_cached_peak = std::max(result.kv_cached_peak, cache->peak_cached());
     if (end == segment_end) {
       StreamSegment s;
       s.index = static_cast<int>(result.segments.size());

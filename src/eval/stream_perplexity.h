@@ -59,7 +59,8 @@ struct StreamResult {
   // the stream ever strays from in-context quality on the same text.
   double max_segment_excess = 0;
   uint64_t kv_bytes_per_block = 0;
-  uint64_t kv_bytes_peak = 0;    // largest kv_bytes over the run (measured after every forward)
+  uint64_t kv_bytes_peak = 0;    // most bytes held at any moment (EvalSequenceCache::peak_blocks_held)
+  int64_t kv_cached_peak = 0;    // most token slots attention saw at any moment (a SnapKV prompt step)
   double seconds = 0;
 };
 

@@ -59,6 +59,21 @@ TEST(CliEvict, FullCacheDegradesPastTheContextWhereStreamingDoesNot) {
   EXPECT_GT(f["kv_bytes_peak"].get<uint64_t>(), 10 * s["kv_bytes_peak"].get<uint64_t>());
 }
 
+TEST(CliEvict, SnapKvStreamCountsThePromptStepItHoldsBeforeCompressing) {
+  KVLM_REQUIRE_SHARED(model, "stories260K.gguf");
+  KVLM_REQUIRE_SHARED(text, "tinystories_valid_head.txt");
+  const auto r = run_command(kvlm_binary() + " eval stream --model " + model.string() + " --text " + text.string() +
+                             " --tokens 1200 --segment 400 --chunk 256 --trained-ctx 512 --threads 2 --policy snapkv "
+                             "--budget 128 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  const uint64_t bytes_per_block = j["kv_bytes_per_block"].get<uint64_t>();
+  for (const auto& s : j["segments"]) EXPECT_EQ(s["kv_cached_tokens"].get<int>(), 128);  // compressed after each chunk
+  // Between compressions a chunk of 256 runs whole on top of the 128 kept: 384 tokens, 24 blocks.
+  EXPECT_GE(j["kv_bytes_peak"].get<uint64_t>(), 24 * bytes_per_block);
+  EXPECT_TRUE(j["kv_planner"]["agrees"].get<bool>()) << j["kv_planner"].dump();
+}
+
 TEST(CliEvict, RunGeneratesPastTheModelsContextWithFlatMemoryAndNoLeak) {
   // stories260K's GGUF states a context of 2048: generate 2,600 tokens under streaming.
   KVLM_REQUIRE_SHARED(model, "stories260K.gguf");

@@ -156,4 +156,16 @@ float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return m;
 }
 
+std::string EvictionCase::name() const {
+  return fmt::format("{}_s{}_w{}{}", shape.name(), num_sink_tokens, window_begin, q_sink ? "_qsink" : "");
+}
+
+PagedAttentionFixture make_eviction_fixture(const EvictionCase& c, uint32_t seed) {
+  PagedAttentionFixture f = PagedAttentionFixture::make(c.shape, seed);
+  f.num_sink_tokens = c.num_sink_tokens;
+  f.window_begin = c.window_begin;
+  if (c.q_sink) f.make_q_sink(seed + 1);
+  return f;
+}
+
 }  // namespace kvlm::testing

@@ -67,6 +67,19 @@ struct PagedAttentionFixture {
   std::vector<float> run_reference_original() const;
 };
 
+// A shape with sinks and a window: the cases of the window and weights tests.
+struct EvictionCase {
+  AttentionShape shape;
+  int num_sink_tokens = 0;
+  int window_begin = 0;
+  bool q_sink = false;
+  std::string name() const;
+};
+
+// The fixture of a case: its K/V and queries, the sinks and window set, and random sink
+// queries (seed + 1) when the case has them.
+PagedAttentionFixture make_eviction_fixture(const EvictionCase& c, uint32_t seed);
+
 float max_abs(const std::vector<float>& x);
 // max |a - b|; infinity when either holds a NaN.
 float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b);

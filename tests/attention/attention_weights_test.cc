@@ -27,23 +27,9 @@ using testing::PagedAttentionFixture;
 constexpr double kRelTol = 1e-5;
 constexpr double kAbsTol = 1e-7;
 
-struct WeightsCase {
-  AttentionShape shape;
-  int num_sink_tokens = 0;
-  int window_begin = 0;
-  bool q_sink = false;
-  std::string name() const {
-    return fmt::format("{}_s{}_w{}{}", shape.name(), num_sink_tokens, window_begin, q_sink ? "_qsink" : "");
-  }
-};
+using WeightsCase = testing::EvictionCase;
+using testing::make_eviction_fixture;
 
-PagedAttentionFixture make_fixture(const WeightsCase& c, uint32_t seed) {
-  PagedAttentionFixture f = PagedAttentionFixture::make(c.shape, seed);
-  f.num_sink_tokens = c.num_sink_tokens;
-  f.window_begin = c.window_begin;
-  if (c.q_sink) f.make_q_sink(seed + 1);
-  return f;
-}
 
 // The reference's weights summed over queries and heads: [num_context_tokens].
 std::vector<double> reference_token_sums(const PagedAttentionFixture& f) {
@@ -105,7 +91,7 @@ class AttentionWeights : public ::testing::TestWithParam<WeightsCase> {};
 
 TEST_P(AttentionWeights, MatchReferenceSums) {
   ThreadPool pool(2);
-  const PagedAttentionFixture f = make_fixture(GetParam(), 1357);
+  const PagedAttentionFixture f = make_eviction_fixture(GetParam(), 1357);
   expect_matches_reference(f, run_weights(f, pool));
 }
 
@@ -113,7 +99,7 @@ TEST_P(AttentionWeights, MatchReferenceSums) {
 // same sums, on every ISA path, and the attention output is unchanged by asking for them.
 TEST_P(AttentionWeights, KernelEmittedWeightsMatchReferenceSums) {
   ThreadPool pool(2);
-  const PagedAttentionFixture f = make_fixture(GetParam(), 1357);
+  const PagedAttentionFixture f = make_eviction_fixture(GetParam(), 1357);
   for (AttentionIsa isa : {AttentionIsa::kAuto, AttentionIsa::kPortable}) {
     std::vector<float> out(f.q.size()), plain(f.q.size());
     paged_attention(f.paged_args(plain.data()), pool, isa);
@@ -134,7 +120,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, AttentionWeights, ::testing::ValuesIn(weights_ca
 // per-query calls add up to the call over all queries.
 TEST(AttentionWeightsEdges, PerQuerySumsAreNumHeads) {
   ThreadPool pool(2);
-  const PagedAttentionFixture f = make_fixture({{8, 2, 64, 16, 90, 6, KvType::kInt8, KvType::kInt8}, 4, 30, true}, 3);
+  const PagedAttentionFixture f = make_eviction_fixture({{8, 2, 64, 16, 90, 6, KvType::kInt8, KvType::kInt8}, 4, 30, true}, 3);
   const std::vector<float> all = run_weights(f, pool);
   std::vector<float> by_query(all.size(), 0.0f);
   const size_t row = static_cast<size_t>(f.shape.num_heads) * f.shape.head_dim;
@@ -156,7 +142,7 @@ TEST(AttentionWeightsEdges, PerQuerySumsAreNumHeads) {
 // first num_context_tokens entries are touched.
 TEST(AttentionWeightsEdges, AddsToExistingSums) {
   ThreadPool pool(2);
-  const PagedAttentionFixture f = make_fixture({{8, 2, 64, 16, 50, 1, KvType::kF32, KvType::kF32}, 2, 20, false}, 8);
+  const PagedAttentionFixture f = make_eviction_fixture({{8, 2, 64, 16, 50, 1, KvType::kF32, KvType::kF32}, 2, 20, false}, 8);
   const std::vector<float> fresh = run_weights(f, pool);
   std::vector<float> running(60, 1.5f);
   accumulate_attention_weights(f.paged_args(nullptr), running, pool);
@@ -166,7 +152,7 @@ TEST(AttentionWeightsEdges, AddsToExistingSums) {
 
 // The split depends on the shapes only: any thread count gives the same bits.
 TEST(AttentionWeightsEdges, SameBitsForAnyThreadCount) {
-  const PagedAttentionFixture f = make_fixture({{8, 1, 64, 16, 300, 9, KvType::kInt4, KvType::kInt4}, 4, 100, true}, 4);
+  const PagedAttentionFixture f = make_eviction_fixture({{8, 1, 64, 16, 300, 9, KvType::kInt4, KvType::kInt4}, 4, 100, true}, 4);
   ThreadPool one(1), three(3);
   EXPECT_EQ(run_weights(f, one), run_weights(f, three));
 }
@@ -176,7 +162,7 @@ TEST(AttentionWeightsEdges, EvictedSlotsAreNeverRead) {
   ThreadPool pool(2);
   for (KvType t : {KvType::kF32, KvType::kInt8, KvType::kKivi4}) {
     for (int nq : {1, 5}) {
-      PagedAttentionFixture f = make_fixture({{8, 2, 64, 16, 100, nq, t, t}, 4, 37, true}, 21);
+      PagedAttentionFixture f = make_eviction_fixture({{8, 2, 64, 16, 100, nq, t, t}, 4, 37, true}, 21);
       f.poison_evicted();
       SCOPED_TRACE(f.shape.name());
       expect_matches_reference(f, run_weights(f, pool));
@@ -205,7 +191,7 @@ namespace {
 // equal the side pass run over those queries alone.
 TEST(AttentionWeightsEdges, KernelWeightsOfTheLastQueriesOnly) {
   ThreadPool pool(2);
-  const PagedAttentionFixture f = make_fixture({{8, 2, 64, 16, 120, 9, KvType::kInt8, KvType::kInt8}, 4, 40, true}, 5);
+  const PagedAttentionFixture f = make_eviction_fixture({{8, 2, 64, 16, 120, 9, KvType::kInt8, KvType::kInt8}, 4, 40, true}, 5);
   std::vector<float> out(f.q.size()), got(120, 0.0f), want(120, 0.0f);
   PagedAttentionArgs args = f.paged_args(out.data());
   args.token_weights = got.data();

@@ -88,23 +88,9 @@ TEST(ReferenceAttentionWindow, PrefillQueriesShareTheWindowCausally) {
 
 // ---- The paged kernels against the reference ----
 
-struct WindowCase {
-  AttentionShape shape;
-  int num_sink_tokens = 0;
-  int window_begin = 0;
-  bool q_sink = false;
-  std::string name() const {
-    return fmt::format("{}_s{}_w{}{}", shape.name(), num_sink_tokens, window_begin, q_sink ? "_qsink" : "");
-  }
-};
+using WindowCase = testing::EvictionCase;
+using testing::make_eviction_fixture;
 
-PagedAttentionFixture make_fixture(const WindowCase& c, uint32_t seed) {
-  PagedAttentionFixture f = PagedAttentionFixture::make(c.shape, seed);
-  f.num_sink_tokens = c.num_sink_tokens;
-  f.window_begin = c.window_begin;
-  if (c.q_sink) f.make_q_sink(seed + 1);
-  return f;
-}
 
 void expect_all_isas_match(const PagedAttentionFixture& f, ThreadPool& pool) {
   const std::vector<float> ref = f.run_reference_stored();
@@ -162,7 +148,7 @@ class WindowAttention : public ::testing::TestWithParam<WindowCase> {};
 
 TEST_P(WindowAttention, MatchesReferenceOnDecodedBlocksForEveryIsa) {
   ThreadPool pool(2);
-  const PagedAttentionFixture f = make_fixture(GetParam(), 2468);
+  const PagedAttentionFixture f = make_eviction_fixture(GetParam(), 2468);
   expect_all_isas_match(f, pool);
 }
 
@@ -210,7 +196,7 @@ TEST(WindowAttentionEdges, EvictedSlotsAreNeverRead) {
   for (KvType t : {KvType::kF32, KvType::kInt8, KvType::kKivi4}) {
     for (auto [nq, wb] : {std::pair{1, 37}, std::pair{5, 48}, std::pair{1, 95}}) {
       WindowCase c{{8, 2, 64, 16, 100, nq, t, t}, 4, wb, true};
-      PagedAttentionFixture f = make_fixture(c, 77);
+      PagedAttentionFixture f = make_eviction_fixture(c, 77);
       f.poison_evicted();
       SCOPED_TRACE(c.name());
       expect_all_isas_match(f, pool);
