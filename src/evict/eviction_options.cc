@@ -55,6 +55,7 @@ Status validate_eviction_options(const EvictionOptions& o) {
       if (o.recent < 0 || o.h2o_recent() >= o.budget) {
         return Status::errorf("--h2o-recent {} must be in [0, --budget {})", o.h2o_recent(), o.budget);
       }
+      reserved = o.h2o_recent();  // a step's victims come from the older tokens only
       break;
     case EvictionPolicy::kSnapKv:
       if (o.snapkv_window < 1 || o.snapkv_window >= o.budget) {

@@ -43,7 +43,8 @@ struct EvictionOptions {
 };
 
 // Errors name the flag: a budget < 1 with a policy, sinks >= budget, recent >= budget,
-// snapkv_window >= budget, an even or non-positive kernel, evicting_step outside [1, budget - sinks].
+// snapkv_window >= budget, an even or non-positive kernel, evicting_step outside [1, budget - what
+// the policy always keeps] (streaming's sinks, H2O's recent window).
 Status validate_eviction_options(const EvictionOptions& options);
 
 // "streaming (4 sinks + 252 recent, budget 256)"-style summary for reports and logs.

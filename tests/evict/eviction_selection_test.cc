@@ -74,6 +74,8 @@ TEST(EvictionOptions, ParsesNamesAndRejectsBadBudgetsNamingTheFlag) {
   o.recent = 0;
   EXPECT_EQ(o.h2o_recent(), 2);
   EXPECT_TRUE(validate_eviction_options(o).ok());
+  o.evicting_step = 3;  // the victims of a step must fit among the 2 tokens older than the recent 2
+  EXPECT_NE(validate_eviction_options(o).message().find("--evict-step"), std::string::npos);
 }
 
 }  // namespace
