@@ -71,7 +71,9 @@ void run(const DemoFlags& f) {
     options.stop_at_eos = false;
     auto result = value_or_throw(generator.generate(prompt, options, {}));
     std::printf("\n-- %s cache --\ntext (random weights, so not English): %s\n", kv, printable(result.text).c_str());
-    std::printf("%s", format_stats(result, *model, RunDescription{path, options.k_type, options.v_type, 0}).c_str());
+    const RunDescription desc{path, options.k_type, options.v_type, 0, options.storage.kivi_residual_tokens,
+                              options.eviction};
+    std::printf("%s", format_stats(result, *model, desc).c_str());
     if (std::string(kv) == "f32") {
       const bool ok = result.stats.verify_max_rel_error <= kF32Tolerance && result.stats.blocks_leaked == 0;
       std::printf("check            cached decode == recomputation within %.0e: %s\n", kF32Tolerance,

@@ -82,12 +82,8 @@ Result<GenerationResult> Generator::generate(const std::vector<TokenId>& prompt,
   const int64_t cap = past_context_ok ? (int64_t{1} << 30) : config.context_length;
   const int limit = static_cast<int>(std::min<int64_t>(wanted, cap));
   const int capacity = std::max(limit, num_prompt);
-  const int full_blocks = (capacity + options.block_size - 1) / options.block_size;
   const int num_blocks =
-      policy == EvictionPolicy::kNone
-          ? full_blocks
-          : std::min(full_blocks + 2, EvictingSequence::max_blocks(options.eviction, options.block_size,
-                                                                   options.prefill_chunk, capacity));
+      EvictingSequence::max_blocks(options.eviction, options.block_size, options.prefill_chunk, capacity);
   const KvLayout layout{config.num_layers, config.num_kv_heads, config.head_dim, options.block_size};
   KVLM_ASSIGN_OR_RETURN(std::unique_ptr<KvStorage> storage,
                         KvStorage::create(layout, options.k_type, options.v_type, num_blocks, options.storage));

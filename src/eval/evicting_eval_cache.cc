@@ -64,8 +64,7 @@ EvalCacheFactory make_evicting_eval_cache(const EvictionOptions& eviction) {
     // SnapKV runs a prompt step whole: the evaluations feed at most a chunk at a time, but the
     // chunk is theirs to choose, so allow a step as long as the whole input (capped by the budget rule).
     const int max_step = static_cast<int>(std::min<int64_t>(request.max_tokens, int64_t{1} << 20));
-    const int num_blocks = std::min(EvictingSequence::max_blocks(eviction, o.block_size, max_step, request.max_tokens),
-                                    static_cast<int>((request.max_tokens + o.block_size - 1) / o.block_size) + 2);
+    const int num_blocks = EvictingSequence::max_blocks(eviction, o.block_size, max_step, request.max_tokens);
     const ModelConfig& c = model.config();
     const KvLayout layout{c.num_layers, c.num_kv_heads, c.head_dim, o.block_size};
     KVLM_ASSIGN_OR_RETURN(std::unique_ptr<KvStorage> storage,

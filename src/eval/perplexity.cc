@@ -90,9 +90,7 @@ Result<PerplexityResult> evaluate_perplexity(LlamaModel& model, ThreadPool& pool
   result.num_text_tokens = static_cast<int64_t>(tokens.size());
   KVLM_RETURN_IF_ERROR(validate_eviction_options(options.eviction));
   const bool evicting = options.eviction.policy != EvictionPolicy::kNone;
-  const int num_blocks = evicting ? std::min(EvictingSequence::max_blocks(options.eviction, options.block_size, ctx, ctx),
-                                             (ctx + options.block_size - 1) / options.block_size + 2)
-                                  : (ctx + options.block_size - 1) / options.block_size;
+  const int num_blocks = EvictingSequence::max_blocks(options.eviction, options.block_size, ctx, ctx);
   const KvLayout layout{config.num_layers, config.num_kv_heads, config.head_dim, options.block_size};
   KVLM_ASSIGN_OR_RETURN(std::unique_ptr<KvStorage> storage,
                         KvStorage::create(layout, options.k_type, options.v_type, num_blocks, options.storage));

@@ -82,20 +82,26 @@ std::vector<int64_t> EvictingSequence::live_positions() const {
 int EvictingSequence::max_blocks(const EvictionOptions& options, int block_size, int max_step_tokens,
                                  int64_t max_tokens) {
   const int64_t bs = block_size;
+  const int all_tokens = ceil_div(max_tokens, bs);
+  int bound = all_tokens;
   switch (options.policy) {
     case EvictionPolicy::kNone:
-      return ceil_div(max_tokens, bs);
+      return all_tokens;
     case EvictionPolicy::kWindow:
     case EvictionPolicy::kStreaming:
       // Live tokens, plus evicted slots in the sinks' last block and the window's first one.
-      return ceil_div(options.budget + 2 * (bs - 1), bs) + 1;
+      bound = ceil_div(options.budget + 2 * (bs - 1), bs) + 1;
+      break;
     case EvictionPolicy::kH2o:
-      return ceil_div(options.budget, bs) + 1;
+      bound = ceil_div(options.budget, bs) + 1;
+      break;
     case EvictionPolicy::kSnapKv:
       // A prompt step runs whole on top of the compressed cache before it is compressed.
-      return ceil_div(options.budget + std::max(max_step_tokens, options.budget), bs) + 1;
+      bound = ceil_div(options.budget + std::max(max_step_tokens, options.budget), bs) + 1;
+      break;
   }
-  return 0;
+  // A sequence never holds more slots than it was fed: short inputs need no more than that.
+  return std::min(bound, all_tokens + 2);
 }
 
 int EvictingSequence::evicted_slot_blocks(const EvictionOptions& options) {
@@ -162,13 +168,16 @@ void EvictingSequence::evict_oldest_window_tokens(int count) {
   const int first = ceil_div(num_sinks_, bs);
   const int end = window_begin_ / bs;
   if (end > first) {
-    const std::vector<BlockId> freed = cache_.drop_blocks(seq_, first, end - first);
-    std::vector<int32_t> ids;
-    for (BlockId b : freed) ids.push_back(b.value);
-    storage_.release_blocks(ids);
+    release_staging(cache_.drop_blocks(seq_, first, end - first));
     window_begin_ -= (end - first) * bs;
     stats_.blocks_dropped += end - first;
   }
+}
+
+void EvictingSequence::release_staging(const std::vector<BlockId>& freed) {
+  std::vector<int32_t> ids;
+  for (BlockId b : freed) ids.push_back(b.value);
+  storage_.release_blocks(ids);
 }
 
 Status EvictingSequence::make_exclusive(int first_block_idx, int end_block_idx) {
@@ -195,10 +204,7 @@ void EvictingSequence::compact_to(const std::vector<int>& kept) {
       make_exclusive(first_moved / cache_.block_size(), cache_.blocks_for_tokens(static_cast<int>(kept.size())));
   KVLM_CHECK(exclusive.ok(), "compaction: {}", exclusive.message());
   storage_.compact(cache_.table(seq_).block_ids(), kept);
-  const std::vector<BlockId> freed = cache_.truncate(seq_, static_cast<int>(kept.size()));
-  std::vector<int32_t> ids;
-  for (BlockId b : freed) ids.push_back(b.value);
-  storage_.release_blocks(ids);
+  release_staging(cache_.truncate(seq_, static_cast<int>(kept.size())));
 
   std::vector<int64_t> positions;
   std::vector<float> scores;

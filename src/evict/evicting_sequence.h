@@ -79,7 +79,8 @@ class EvictingSequence {
   SeqId seq() const { return seq_; }
 
   // The most blocks one sequence holds under `options` when no step exceeds max_step_tokens:
-  // what a pool must have per sequence. With kNone, the blocks for max_tokens.
+  // what a pool must have per sequence. With kNone, the blocks for max_tokens; never more than
+  // those plus 2, since a sequence holds no more slots than it was fed.
   static int max_blocks(const EvictionOptions& options, int block_size, int max_step_tokens, int64_t max_tokens);
   // Blocks a sequence may hold beyond those its live tokens fill: evicted slots not yet dropped
   // (window and streaming: at most 2); 0 for the policies that compact.
@@ -97,6 +98,8 @@ class EvictingSequence {
   void evict_oldest_window_tokens(int count);
   // Keeps the live slots `kept` (ascending) and compacts them to slots [0, kept.size()).
   void compact_to(const std::vector<int>& kept);
+  // Blocks the pool just freed (ref count 0) give their KIVI staging back.
+  void release_staging(const std::vector<BlockId>& freed);
   // Copies the shared blocks among table indices [first, end) so this sequence may write them.
   Status make_exclusive(int first_block_idx, int end_block_idx);
   Status run_step(std::span<const TokenId> tokens, LogitsRows rows, ThreadPool& pool, std::vector<float>& logits);

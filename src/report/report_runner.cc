@@ -51,6 +51,17 @@ Result<EvictionOptions> eviction_of(const ReportOption& o) {
   return e;
 }
 
+// The stream's and the recall probe's cache for one option: its codecs and its policy.
+Status set_eval_cache(const ReportOption& option, EvalCacheOptions& cache, EvalCacheFactory& make_cache) {
+  KVLM_ASSIGN_OR_RETURN(OptionTypes types, option_types(option));
+  KVLM_ASSIGN_OR_RETURN(EvictionOptions eviction, eviction_of(option));
+  cache.k_type = types.k;
+  cache.v_type = types.v;
+  cache.storage = types.storage;
+  make_cache = make_evicting_eval_cache(eviction);
+  return Status::ok_status();
+}
+
 void say(const ReportProgressFn& progress, const std::string& line) {
   if (progress) progress(line);
 }
@@ -180,12 +191,7 @@ StreamOptions stream_options(const ReportConfig& config, std::span<const TokenId
 
 Result<StreamRun> stream_run(LlamaModel& model, ThreadPool& pool, std::span<const TokenId> tokens,
                              StreamOptions options, const ReportOption& option, ReportData& data) {
-  KVLM_ASSIGN_OR_RETURN(OptionTypes types, option_types(option));
-  KVLM_ASSIGN_OR_RETURN(EvictionOptions eviction, eviction_of(option));
-  options.cache.k_type = types.k;
-  options.cache.v_type = types.v;
-  options.cache.storage = types.storage;
-  options.make_cache = make_evicting_eval_cache(eviction);
+  KVLM_RETURN_IF_ERROR(set_eval_cache(option, options.cache, options.make_cache));
   KVLM_ASSIGN_OR_RETURN(StreamResult result, evaluate_stream(model, pool, tokens, options));
   data.stream_trained_ctx = result.trained_ctx;
   StreamRun run;
@@ -320,12 +326,7 @@ RecallOptions recall_options(LlamaModel& model, std::span<const TokenId> tokens,
 }
 
 Result<RecallRun> recall_run(LlamaModel& model, ThreadPool& pool, RecallOptions options, const ReportOption& option) {
-  KVLM_ASSIGN_OR_RETURN(OptionTypes types, option_types(option));
-  KVLM_ASSIGN_OR_RETURN(EvictionOptions eviction, eviction_of(option));
-  options.cache.k_type = types.k;
-  options.cache.v_type = types.v;
-  options.cache.storage = types.storage;
-  options.make_cache = make_evicting_eval_cache(eviction);
+  KVLM_RETURN_IF_ERROR(set_eval_cache(option, options.cache, options.make_cache));
   KVLM_ASSIGN_OR_RETURN(RecallResult result, run_recall_probe(model, pool, options));
   RecallRun run;
   run.option = option;
