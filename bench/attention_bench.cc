@@ -12,6 +12,7 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "attention/paged_attention.h"
@@ -34,12 +35,12 @@ struct BenchCache {
   std::unique_ptr<KvStorage> storage;
   std::vector<int32_t> table;
 
-  BenchCache(int depth, KvType type) {
+  BenchCache(int depth, KvType k_type, KvType v_type) {
     const int num_blocks = (depth + kBlockSize - 1) / kBlockSize;
     const KvLayout layout{1, kKvHeads, kHeadDim, kBlockSize};
-    const size_t layer_bytes = static_cast<size_t>(num_blocks) * kv_block_bytes(layout, type, type);
+    const size_t layer_bytes = static_cast<size_t>(num_blocks) * kv_block_bytes(layout, k_type, v_type);
     const int num_layers = static_cast<int>(std::max<size_t>(2, (kMinFootprintBytes + layer_bytes - 1) / layer_bytes));
-    auto created = KvStorage::create({num_layers, kKvHeads, kHeadDim, kBlockSize}, type, type, num_blocks);
+    auto created = KvStorage::create({num_layers, kKvHeads, kHeadDim, kBlockSize}, k_type, v_type, num_blocks);
     KVLM_CHECK(created.ok(), "{}", created.status().message());
     storage = std::move(created).value();
     table.resize(static_cast<size_t>(num_blocks));
@@ -65,14 +66,15 @@ struct BenchCache {
   }
 };
 
-// Args: depth, KvType, threads, AttentionIsa, num_queries.
+// Args: depth, K KvType, V KvType, threads, AttentionIsa, num_queries.
 void BM_PagedAttention(benchmark::State& state) {
   const int depth = static_cast<int>(state.range(0));
-  const KvType type = static_cast<KvType>(state.range(1));
-  const int threads = static_cast<int>(state.range(2));
-  const AttentionIsa isa = static_cast<AttentionIsa>(state.range(3));
-  const int num_queries = static_cast<int>(state.range(4));
-  BenchCache cache(depth, type);
+  const KvType k_type = static_cast<KvType>(state.range(1));
+  const KvType v_type = static_cast<KvType>(state.range(2));
+  const int threads = static_cast<int>(state.range(3));
+  const AttentionIsa isa = static_cast<AttentionIsa>(state.range(4));
+  const int num_queries = static_cast<int>(state.range(5));
+  BenchCache cache(depth, k_type, v_type);
   ThreadPool pool(threads);
   std::mt19937 rng(2);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -101,34 +103,41 @@ void BM_PagedAttention(benchmark::State& state) {
   const size_t kv_bytes_per_call =
       static_cast<size_t>(depth) * (cache.storage->k_block_bytes() + cache.storage->v_block_bytes()) / kBlockSize;
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * kv_bytes_per_call));
-  state.SetLabel(fmt::format("{} {} kv {:.1f} MiB/call", kv_type_name(type),
+  const std::string types = k_type == v_type ? std::string(kv_type_name(k_type))
+                                             : fmt::format("{}/{}", kv_type_name(k_type), kv_type_name(v_type));
+  state.SetLabel(fmt::format("{} {} kv {:.1f} MiB/call", types,
                              attention_isa_name(resolve_attention_isa(isa, kHeadDim)),
                              static_cast<double>(kv_bytes_per_call) / (1 << 20)));
 }
 
 void decode_args(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"depth", "type", "threads", "isa", "queries"});
+  b->ArgNames({"depth", "k", "v", "threads", "isa", "queries"});
+  auto add = [b](int depth, KvType k, KvType v, int threads, AttentionIsa isa, int queries) {
+    b->Args({depth, static_cast<int64_t>(k), static_cast<int64_t>(v), threads, static_cast<int64_t>(isa), queries});
+  };
   for (int depth : {2048, 8192}) {
     for (KvType type : {KvType::kF32, KvType::kF16}) {
-      for (int threads : {1, 2}) {
-        b->Args({depth, static_cast<int64_t>(type), threads, static_cast<int64_t>(AttentionIsa::kAuto), 1});
-      }
+      for (int threads : {1, 2}) add(depth, type, type, threads, AttentionIsa::kAuto, 1);
     }
   }
-  // Quantized codecs at depth: decode is bound by the bytes it reads.
+  // Quantized codecs at depth: decode is bound by the bytes it reads, or by decoding them.
   for (KvType type : {KvType::kBf16, KvType::kFp8, KvType::kInt8, KvType::kInt4, KvType::kKivi4, KvType::kKivi2}) {
-    b->Args({8192, static_cast<int64_t>(type), 1, static_cast<int64_t>(AttentionIsa::kAuto), 1});
+    add(8192, type, type, 1, AttentionIsa::kAuto, 1);
   }
-  b->Args({8192, static_cast<int64_t>(KvType::kInt8), 1, static_cast<int64_t>(AttentionIsa::kAvx2), 1});
-  b->Args({8192, static_cast<int64_t>(KvType::kInt4), 1, static_cast<int64_t>(AttentionIsa::kAvx2), 1});
+  for (KvType type : {KvType::kInt8, KvType::kInt4, KvType::kKivi4}) add(8192, type, type, 2, AttentionIsa::kAuto, 1);
+  // K and V apart: which side a codec's time goes to.
+  for (KvType type : {KvType::kInt8, KvType::kInt4, KvType::kKivi4}) {
+    add(8192, type, KvType::kF16, 1, AttentionIsa::kAuto, 1);
+    add(8192, KvType::kF16, type, 1, AttentionIsa::kAuto, 1);
+  }
   // The narrower kernel families, for comparison.
+  for (KvType type : {KvType::kInt8, KvType::kInt4}) add(8192, type, type, 1, AttentionIsa::kAvx2, 1);
   for (AttentionIsa isa : {AttentionIsa::kAvx2, AttentionIsa::kPortable}) {
-    b->Args({2048, static_cast<int64_t>(KvType::kF16), 1, static_cast<int64_t>(isa), 1});
+    add(2048, KvType::kF16, KvType::kF16, 1, isa, 1);
   }
   // A 128-token prefill chunk on top of 1920 cached tokens.
-  for (int threads : {1, 2}) {
-    b->Args({2048, static_cast<int64_t>(KvType::kF16), threads, static_cast<int64_t>(AttentionIsa::kAuto), 128});
-  }
+  for (int threads : {1, 2}) add(2048, KvType::kF16, KvType::kF16, threads, AttentionIsa::kAuto, 128);
+  for (KvType type : {KvType::kInt8, KvType::kInt4}) add(2048, type, type, 1, AttentionIsa::kAuto, 128);
 }
 
 BENCHMARK(BM_PagedAttention)->Apply(decode_args)->Unit(benchmark::kMicrosecond)->UseRealTime();

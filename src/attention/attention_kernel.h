@@ -55,14 +55,31 @@ struct AttentionTask {
   float* scratch = nullptr;
 };
 
+// Integer query rows are padded to a multiple of this many values (the widest chunk).
+inline constexpr int kIntQueryAlign = 64;
+
+inline size_t int_query_stride(int head_dim) {
+  return static_cast<size_t>((head_dim + kIntQueryAlign - 1) / kIntQueryAlign * kIntQueryAlign);
+}
+
+// Tokens whose scores a kernel holds at once (its tile).
+inline constexpr int kTileTokens = 32;
+
+// f32 rows, accumulators, max and sum per row; a tile's value (scale, min) pairs as f32
+// (at most head_dim groups per token); then, for integer q·k, the rounded query rows
+// (int16, padded), their steps and their sums per key group (interleaved with zeros and
+// padded to 16), and the int4 lanes' group indices.
 inline size_t task_scratch_floats(int num_rows, int head_dim) {
-  return 2 * static_cast<size_t>(num_rows) * static_cast<size_t>(head_dim) + 2 * static_cast<size_t>(num_rows);
+  const size_t rows = static_cast<size_t>(num_rows);
+  const size_t d = static_cast<size_t>(head_dim);
+  return 2 * rows * d + 2 * rows + kTileTokens * 2 * d +
+         rows * (int_query_stride(head_dim) / 2 + 1 + 2 * d + 16) + int_query_stride(head_dim) / 4;
 }
 
 using AttentionKernelFn = void (*)(const AttentionWork& work, const AttentionTask& task);
 
 // Kernels for one (K type, V type) pair; the SIMD ones need head_dim % 8 (avx2)
-// or % 16 (avx512) == 0 and the matching CPU features. Every pair of KvTypes has
+// or % 16 (avx512) == 0 and the matching CPU features (avx512 includes VNNI). Every pair of KvTypes has
 // a kernel in every family.
 AttentionKernelFn attention_kernel_portable(KvType k_type, KvType v_type);
 AttentionKernelFn attention_kernel_avx2(KvType k_type, KvType v_type);

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "attention/attention_kernel.h"
+#include "attention/query_rounding.h"
 #include "kv/kv_block_format.h"
 #include "kv/kv_layout.h"
 #include "kv/kv_type.h"
@@ -18,7 +19,6 @@
 namespace kvlm::attention_internal {
 namespace {
 
-inline constexpr int kTileTokens = 32;   // tokens whose scores are held at once
 inline constexpr int kMaxRowBlock = 8;   // (query, head) rows sharing one pass over a K/V tile
 inline constexpr int kPrefetchTiles = 4; // how far ahead K/V rows are prefetched
 inline constexpr float kNegInf = -__builtin_inff();
@@ -156,20 +156,35 @@ struct GroupLoader {
   static constexpr int kBits = kv_format::bits(T);
   struct Row {
     const uint8_t* codes;
-    const uint8_t* meta;  // [head_dim / group, 2] f16
-    const float* staged;  // the f32 row while staged, else nullptr
-    int group_shift;      // log2 of the group size
+    const uint8_t* meta;        // [head_dim / group, 2] f16
+    const float* meta_f32;      // the same as f32 once convert_meta ran (values only), else nullptr
+    const float* staged;        // the f32 row while staged, else nullptr
+    int group_shift;            // log2 of the group size
   };
   static Row row(const BlockRef& b, const KvLayout& l, int kv_head, int slot) {
     const size_t D = static_cast<size_t>(l.head_dim);
     if (kStaged && b.staged != nullptr) {
-      return {nullptr, nullptr, b.staged + (static_cast<size_t>(slot) * l.num_kv_heads + kv_head) * D, 0};
+      return {nullptr, nullptr, nullptr, b.staged + (static_cast<size_t>(slot) * l.num_kv_heads + kv_head) * D, 0};
     }
     const int g = kv_format::group_size(l.head_dim);
     const uint8_t* base = Rg::base(b, l, kv_head);
     return {base + static_cast<size_t>(slot) * Rg::row_bytes(l),
-            base + Rg::meta_offset(l) + static_cast<size_t>(slot) * (D / g) * 4, nullptr,
+            base + Rg::meta_offset(l) + static_cast<size_t>(slot) * (D / g) * 4, nullptr, nullptr,
             __builtin_ctz(static_cast<unsigned>(g))};
+  }
+  // The (scale, min) pairs of slots [s0, s1) of a block, contiguous there, converted to f32
+  // in one vector pass into out ([s1 - s0, head_dim / group, 2]) and pointed to by rows
+  // [0, s1 - s0): each value chunk then broadcasts its pair from memory instead of converting
+  // two f16 scalars.
+  static void convert_meta(const BlockRef& b, const KvLayout& l, int kv_head, int s0, int s1, float* out, Row* rows) {
+    if (kStaged && b.staged != nullptr) return;
+    const int pair_floats = 2 * (l.head_dim / kv_format::group_size(l.head_dim));
+    const uint16_t* src = reinterpret_cast<const uint16_t*>(rows[0].meta);
+    const int count = (s1 - s0) * pair_floats;
+    int i = 0;
+    for (; i + V::kWidth <= count; i += V::kWidth) V::store(out + i, V::load_f16(src + i));
+    for (; i < count; ++i) out[i] = V::half(src[i]);
+    for (int k = 0; k < s1 - s0; ++k) rows[k].meta_f32 = out + k * pair_floats;
   }
   static void prefetch_slots(const BlockRef& b, const KvLayout& l, int kv_head, int s0, int s1) {
     if (kStaged && b.staged != nullptr) return;  // staged blocks are the most recent, already cached
@@ -181,11 +196,40 @@ struct GroupLoader {
   }
   static typename V::Reg load(const Row& r, int d) {
     if (kStaged && r.staged != nullptr) return V::load_f32(r.staged + d);
-    const uint8_t* m = r.meta + static_cast<size_t>(d >> r.group_shift) * 4;
-    return V::fma(load_unsigned<V, kBits>(r.codes, d), V::set1(load_half(m, &V::half)),
-                  V::set1(load_half(m + 2, &V::half)));
+    const float* m = r.meta_f32 + static_cast<size_t>(d >> r.group_shift) * 2;
+    return V::fma(load_unsigned<V, kBits>(r.codes, d), V::set1(m[0]), V::set1(m[1]));
+  }
+  // out[j] = load(r, d + j * kWidth) for j < N, the same values: 4-bit codes are unpacked N
+  // chunks at a time where the ISA can (V::load_u4_n).
+  template <int N>
+  static void load_n(const Row& r, int d, typename V::Reg* out) {
+    constexpr int W = V::kWidth;
+    if (kStaged && r.staged != nullptr) {
+      for (int j = 0; j < N; ++j) out[j] = V::load_f32(r.staged + d + j * W);
+      return;
+    }
+    if constexpr (kBits == 4) {
+      V::template load_u4_n<N>(r.codes, d, out);
+    } else {
+      for (int j = 0; j < N; ++j) out[j] = load_unsigned<V, kBits>(r.codes, d + j * W);
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < N; ++j) {
+      const float* m = r.meta_f32 + static_cast<size_t>((d + j * W) >> r.group_shift) * 2;
+      out[j] = V::fma(out[j], V::set1(m[0]), V::set1(m[1]));
+    }
   }
 };
+
+// out[j] = VL::load(row, d + j * kWidth) for j < N, through the loader's load_n when it has one.
+template <class V, class VL, int N>
+void load_value_chunks(const typename VL::Row& row, int d, typename V::Reg* out) {
+  if constexpr (requires { VL::template load_n<N>(row, d, out); }) {
+    VL::template load_n<N>(row, d, out);
+  } else {
+    for (int j = 0; j < N; ++j) out[j] = VL::load(row, d + j * V::kWidth);
+  }
+}
 
 // KIVI keys: packed codes, f16 scale and min per channel over the block's tokens.
 template <class V, KvType T>
@@ -219,6 +263,67 @@ struct ChannelLoader {
                   V::load_f16(reinterpret_cast<const uint16_t*>(r.scales) + r.head_dim + d));
   }
 };
+
+// Integer q·k over int8 and int4 keys (query_rounding.h): the scalar forms, which the
+// portable kernels use and the SIMD ones fall back to for shapes their registers do not fit.
+// Both produce the integer sums only; int_qk_epilogue turns them into scores.
+
+// s[r, t] = sum_d q[r, d] c_t[d] over each token's int8 codes (exact integers, as f32).
+template <int NR, class Row>
+void qk_int8_scalar(const int16_t* q /*[NR, qp]*/, size_t qp, const Row* rows, int n, int D,
+                    float* s /*[NR, kTileTokens]*/) {
+  for (int t = 0; t < n; ++t) {
+    const int8_t* c = reinterpret_cast<const int8_t*>(rows[t].codes);
+    for (int r = 0; r < NR; ++r) {
+      const int16_t* qr = q + static_cast<size_t>(r) * qp;
+      int32_t acc = 0;
+      for (int d = 0; d < D; ++d) acc += static_cast<int32_t>(qr[d]) * static_cast<int32_t>(c[d]);
+      s[r * kTileTokens + t] = static_cast<float>(acc);
+    }
+  }
+}
+
+// s[r, t] = sum_g (scale_{t,g} sum_{d in g} q[r, d] c_t[d] + min_{t,g} qsum[r, g]) over each
+// token's packed 4-bit codes with f16 (scale, min) pairs per group of g values: q̂ · k in units
+// of the row's step. q in natural order; qsum_pairs[r] = [0, qsum_0, 0, qsum_1, ...].
+template <class V, int NR, class Row>
+void qk_int4_scalar(const int16_t* q /*[NR, qp]*/, size_t qp, const float* qsum_pairs /*[NR, pp]*/, size_t pp,
+                    const Row* rows, int n, int D, int g, float* s /*[NR, kTileTokens]*/) {
+  for (int t = 0; t < n; ++t) {
+    const uint8_t* c = rows[t].codes;
+    const uint8_t* meta = rows[t].meta;
+    for (int r = 0; r < NR; ++r) {
+      const int16_t* qr = q + static_cast<size_t>(r) * qp;
+      float sum = 0.0f;
+      for (int g0 = 0; g0 < D; g0 += g) {
+        int32_t acc = 0;
+        for (int d = g0; d < g0 + g; ++d) {
+          acc += static_cast<int32_t>(qr[d]) * static_cast<int32_t>((c[d >> 1] >> ((d & 1) * 4)) & 0xf);
+        }
+        const size_t gi = static_cast<size_t>(g0 / g);
+        sum += load_half(meta + gi * 4, &V::half) * static_cast<float>(acc);
+        sum += load_half(meta + gi * 4 + 2, &V::half) * qsum_pairs[static_cast<size_t>(r) * pp + 2 * gi + 1];
+      }
+      s[r * kTileTokens + t] = sum;
+    }
+  }
+}
+
+// Packed 4-bit codes split into low and high nibbles: a SIMD chunk of C values is the C/2
+// even-indexed values, then the C/2 odd-indexed ones. Queries are laid out to match, zero
+// past head_dim. C == 0 keeps the natural order.
+inline void arrange_int4_query(const int16_t* natural, int D, int C, size_t qp, int16_t* out) {
+  for (size_t i = 0; i < qp; ++i) out[i] = 0;
+  if (C == 0) {
+    for (int d = 0; d < D; ++d) out[d] = natural[d];
+    return;
+  }
+  for (int d = 0; d < D; ++d) {
+    const int chunk = d / C;
+    const int i = d % C;
+    out[chunk * C + (i % 2) * (C / 2) + i / 2] = natural[d];
+  }
+}
 
 // The ops type V provides: Reg, kWidth (dividing head_dim and kTileTokens),
 // zero, load, store, set1, fma(a, b, c) = a*b + c, add, mul, max, reduce_add,
@@ -287,11 +392,12 @@ struct AttentionKernel {
       Reg pr[NR];
       KVLM_ATTENTION_UNROLL
       for (int r = 0; r < NR; ++r) pr[r] = V::set1(p[r * kTileTokens + t]);
+      Reg v[DB];
+      load_value_chunks<V, VL, DB>(vrows[t], d0, v);
       KVLM_ATTENTION_UNROLL
       for (int j = 0; j < DB; ++j) {
-        const Reg v = VL::load(vrows[t], d0 + j * W);
         KVLM_ATTENTION_UNROLL
-        for (int r = 0; r < NR; ++r) o[r][j] = V::fma(pr[r], v, o[r][j]);
+        for (int r = 0; r < NR; ++r) o[r][j] = V::fma(pr[r], v[j], o[r][j]);
       }
     }
     KVLM_ATTENTION_UNROLL
@@ -316,6 +422,109 @@ struct AttentionKernel {
       for (; d + 2 * W <= D; d += 2 * W) pv_step<NR, 2>(p, vrows, n, D, d, acc);
     }
     for (; d < D; d += W) pv_step<NR, 1>(p, vrows, n, D, d, acc);
+  }
+
+  // Integer q·k (query_rounding.h) for int8 and int4 keys, which are never staged.
+  static constexpr bool kIntTokenKeys = std::is_same_v<KL, ScaledLoader<V, KvType::kInt8>>;
+  static constexpr bool kIntGroupKeys = std::is_same_v<KL, GroupLoader<V, KvType::kInt4, false>>;
+  static constexpr bool kIntKeys = kIntTokenKeys || kIntGroupKeys;
+
+  // A task's rounded query rows.
+  struct IntQuery {
+    const int16_t* q = nullptr;  // [num_rows, qp]: natural order (int8 keys) or the ISA's int4 chunks
+    size_t qp = 0;
+    const float* step = nullptr;  // [num_rows]
+    // int4 keys: [num_rows, pp] = [0, qsum_0, 0, qsum_1, ..., zeros], qsum_g the sum of the
+    // row's integers over group g, laid out like a token's (scale, min) pairs so that one
+    // multiply-add of the pairs gives the min term sum_g min_g qsum_g.
+    const float* qsum_pairs = nullptr;
+    size_t pp = 0;
+    int group = 0;     // g (int4 keys)
+    bool simd = false;  // whether V's int4 kernel fits this shape (else the scalar form)
+    // int4 keys: [qp / 4] where the (scale, min) pair of values [4i, 4i + 4) starts among a
+    // token's pairs, 2 × (4i / g); past head_dim, the last group's. The SIMD kernels sum 4
+    // values per lane, so a chunk's lane scales are one permute of the pairs by this.
+    const int32_t* lane_pair = nullptr;
+  };
+
+  // Rounds the task's query rows (query_rounding.h) into the scratch after the f32 state.
+  static IntQuery prepare_int_query(const AttentionWork& w, const AttentionTask& task, int num_rows, float* scratch,
+                                    float* natural_scratch /*[num_rows * D] floats, unused otherwise*/) {
+    const int D = w.layout.head_dim;
+    const int G = w.group_size;
+    IntQuery iq;
+    iq.qp = int_query_stride(D);
+    int16_t* q = reinterpret_cast<int16_t*>(scratch);
+    float* step = scratch + static_cast<size_t>(num_rows) * iq.qp / 2;
+    float* qsum_pairs = step + num_rows;
+    iq.group = kv_format::group_size(D);
+    const int num_groups = D / iq.group;
+    iq.pp = static_cast<size_t>(2 * num_groups < 16 ? 16 : 2 * num_groups);
+    int32_t* lane_pair = reinterpret_cast<int32_t*>(qsum_pairs + static_cast<size_t>(num_rows) * iq.pp);
+    for (size_t i = 0; i < iq.qp / 4; ++i) {
+      const int d = static_cast<int>(4 * i) < D ? static_cast<int>(4 * i) : D - 1;
+      lane_pair[i] = 2 * (d / iq.group);
+    }
+    iq.lane_pair = lane_pair;
+    if constexpr (kIntGroupKeys) iq.simd = V::int4_fits(D, iq.group);
+    int16_t* natural = reinterpret_cast<int16_t*>(natural_scratch);
+    for (int r = 0; r < num_rows; ++r) {
+      const int qi = task.query_begin + r / G;
+      const int head = task.kv_head * G + r % G;
+      const float* src = w.q + (static_cast<size_t>(qi) * w.num_heads + head) * D;
+      int16_t* row = q + static_cast<size_t>(r) * iq.qp;
+      if constexpr (kIntTokenKeys) {
+        for (size_t i = 0; i < iq.qp; ++i) row[i] = 0;
+        step[r] = query_rounding::round_query_row(src, D, w.scale, row);
+      } else {
+        int16_t* nat = natural + static_cast<size_t>(r) * D;
+        step[r] = query_rounding::round_query_row(src, D, w.scale, nat);
+        float* pairs = qsum_pairs + static_cast<size_t>(r) * iq.pp;
+        for (size_t i = 0; i < iq.pp; ++i) pairs[i] = 0.0f;
+        for (int g = 0; g < num_groups; ++g) {
+          int32_t sum = 0;
+          for (int d = g * iq.group; d < (g + 1) * iq.group; ++d) sum += nat[d];
+          pairs[2 * g + 1] = static_cast<float>(sum);
+        }
+        arrange_int4_query(nat, D, iq.simd ? V::kInt4Chunk : 0, iq.qp, row);
+      }
+    }
+    iq.q = q;
+    iq.step = step;
+    iq.qsum_pairs = qsum_pairs;
+    return iq;
+  }
+
+  // s[r, t] = q̂[r0 + r] · k[t] for NR rows: the ISA's sums in units of each row's step
+  // (int8 keys: the integer dot product; int4: sum_g scale_g dot_g + min_g qsum_g), then
+  // times the step and, for int8 keys, the token's scale.
+  template <int NR>
+  static void int_qk(const IntQuery& iq, int r0, const KRow* krows, int n, int D, float* s /*[NR, kTileTokens]*/) {
+    const int16_t* q = iq.q + static_cast<size_t>(r0) * iq.qp;
+    const int n_padded = (n + W - 1) / W * W;  // whole registers; entries past n are never used
+    if constexpr (kIntTokenKeys) {
+      V::template qk_int8<NR>(q, iq.qp, krows, n, D, s);
+      alignas(64) float token_scale[kTileTokens];
+      for (int t = 0; t < n; ++t) token_scale[t] = krows[t].scale;
+      for (int t = n; t < n_padded; ++t) token_scale[t] = 0.0f;
+      for (int r = 0; r < NR; ++r) {
+        const Reg step = V::set1(iq.step[r0 + r]);
+        float* row = s + r * kTileTokens;
+        for (int t = 0; t < n_padded; t += W) V::store(row + t, V::mul(V::load(row + t), V::mul(step, V::load(token_scale + t))));
+      }
+    } else {
+      const float* pairs = iq.qsum_pairs + static_cast<size_t>(r0) * iq.pp;
+      if (iq.simd) {
+        V::template qk_int4<NR>(q, iq.qp, pairs, iq.pp, iq.lane_pair, krows, n, D, iq.group, s);
+      } else {
+        qk_int4_scalar<V, NR>(q, iq.qp, pairs, iq.pp, krows, n, D, iq.group, s);
+      }
+      for (int r = 0; r < NR; ++r) {
+        const Reg step = V::set1(iq.step[r0 + r]);
+        float* row = s + r * kTileTokens;
+        for (int t = 0; t < n_padded; t += W) V::store(row + t, V::mul(V::load(row + t), step));
+      }
+    }
   }
 
   template <class F>
@@ -384,15 +593,22 @@ struct AttentionKernel {
     float* acc = qs + static_cast<size_t>(num_rows) * D;               // [num_rows, D]
     float* m = acc + static_cast<size_t>(num_rows) * D;                // [num_rows]
     float* l = m + num_rows;                                           // [num_rows]
+    // A tile's value (scale, min) pairs as f32, at a stride of 2 × D per token (GroupLoader).
+    float* v_meta = l + num_rows;                                      // [kTileTokens, <= 2 * D]
     for (int r = 0; r < num_rows; ++r) {
       const int qi = task.query_begin + r / G;
       const int head = task.kv_head * G + r % G;
       const float* src = w.q + (static_cast<size_t>(qi) * H + head) * D;
-      for (int d = 0; d < D; ++d) qs[static_cast<size_t>(r) * D + d] = src[d] * w.scale;
+      if constexpr (!kIntKeys) {
+        for (int d = 0; d < D; ++d) qs[static_cast<size_t>(r) * D + d] = src[d] * w.scale;
+      }
       for (int d = 0; d < D; ++d) acc[static_cast<size_t>(r) * D + d] = 0.0f;
       m[r] = kNegInf;
       l[r] = 0.0f;
     }
+    // Integer keys: the rounded rows live after l; qs (unused then) holds their natural order.
+    IntQuery iq;
+    if constexpr (kIntKeys) iq = prepare_int_query(w, task, num_rows, v_meta + kTileTokens * 2 * D, qs);
     // Tokens row r may see: [token_begin, row_end(r)); rows are in query order, so
     // row_end never decreases with r.
     auto row_end = [&](int r) {
@@ -400,7 +616,7 @@ struct AttentionKernel {
     };
     const int end = row_end(num_rows - 1);
 
-    alignas(64) float s[kMaxRowBlock * kTileTokens];  // scores, then weights
+    alignas(64) float s[kMaxRowBlock * kTileTokens] = {};  // scores, then weights
     KRow krows[kTileTokens];
     VRow vrows[kTileTokens];
     // Calls visit(i, k_block, v_block, slot_begin, slot_end) for each run of
@@ -429,9 +645,14 @@ struct AttentionKernel {
       const int t1 = min_int(t0 + kTileTokens, end);
       prefetch_tokens(t0 + kPrefetchTiles * kTileTokens, t1 + kPrefetchTiles * kTileTokens);
       visit_runs(t0, t1, [&](int i, const BlockRef& kb, const BlockRef& vb, int s0, int s1) {
+        const int first = i;
         for (int slot = s0; slot < s1; ++slot, ++i) {
           krows[i] = KL::row(kb, w.layout, task.kv_head, slot);
           vrows[i] = VL::row(vb, w.layout, task.kv_head, slot);
+        }
+        if constexpr (requires { VL::convert_meta(vb, w.layout, 0, 0, 0, v_meta, vrows); }) {
+          VL::convert_meta(vb, w.layout, task.kv_head, s0, s1, v_meta + static_cast<size_t>(first) * 2 * D,
+                           vrows + first);
         }
       });
       for (int r0 = 0; r0 < num_rows; r0 += kMaxRowBlock) {
@@ -440,7 +661,11 @@ struct AttentionKernel {
         if (n <= 0) continue;
         const float* q_block = qs + static_cast<size_t>(r0) * D;
         float* acc_block = acc + static_cast<size_t>(r0) * D;
-        with_rows(nr, [&](auto rows) { qk<rows()>(q_block, krows, n, D, s); });
+        if constexpr (kIntKeys) {
+          with_rows(nr, [&](auto rows) { int_qk<rows()>(iq, r0, krows, n, D, s); });
+        } else {
+          with_rows(nr, [&](auto rows) { qk<rows()>(q_block, krows, n, D, s); });
+        }
         for (int i = 0; i < nr; ++i) {
           const int num_valid = max_int(0, min_int(n, row_end(r0 + i) - t0));
           if (w.scores != nullptr && num_valid > 0) {

@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "attention/query_rounding.h"
 #include "core/check.h"
 
 namespace kvlm {
@@ -138,6 +139,8 @@ void accumulate_attention_weights(const PagedAttentionArgs& args, std::span<floa
   double* const partial = partials.data();
   const size_t row_stride = static_cast<size_t>(args.num_heads) * static_cast<size_t>(D);  // one query's q
 
+  const bool round_queries = query_rounding::rounds_queries(args.storage->k_type());
+  const float score_scale = round_queries ? 1.0f : args.scale;
   pool.run(num_tasks, [&](int64_t task_idx) {
     const int kv_head = static_cast<int>(task_idx) / num_query_tiles;
     const int tile = static_cast<int>(task_idx) % num_query_tiles;
@@ -152,6 +155,19 @@ void accumulate_attention_weights(const PagedAttentionArgs& args, std::span<floa
     if (scores.size() < static_cast<size_t>(G) * score_stride) scores.resize(static_cast<size_t>(G) * score_stride);
     max_scores.resize(static_cast<size_t>(G));
     const float* k_head = k_tiles + static_cast<size_t>(kv_head) * head_floats;
+    // Over int8 and int4 keys the kernels score with rounded queries: so does this pass.
+    thread_local std::vector<float> rounded_q, rounded_q_sink;  // [G, head_dim]
+    thread_local std::vector<int16_t> rounded_codes;            // [head_dim]
+    auto rounded_rows = [&](const float* rows, std::vector<float>& out) {
+      out.resize(static_cast<size_t>(G) * D);
+      rounded_codes.resize(static_cast<size_t>(D));
+      for (int g = 0; g < G; ++g) {
+        const float step =
+            query_rounding::round_query_row(rows + static_cast<size_t>(g) * D, D, args.scale, rounded_codes.data());
+        for (int d = 0; d < D; ++d) out[static_cast<size_t>(g) * D + d] = static_cast<float>(rounded_codes[d]) * step;
+      }
+      return out.data();
+    };
     for (int i = query_begin; i < query_end; ++i) {
       const int pos = first_query_pos + i;
       // The query's visible ranges: sinks [0, s_end), window [window_begin, pos].
@@ -160,6 +176,10 @@ void accumulate_attention_weights(const PagedAttentionArgs& args, std::span<floa
       const size_t q_off = static_cast<size_t>(i) * row_stride + static_cast<size_t>(kv_head * G) * D;
       const float* q = args.q + q_off;
       const float* q_sink = args.q_sink != nullptr ? args.q_sink + q_off : q;
+      if (round_queries) {  // the kernels' integer queries (query_rounding.h), scale included
+        q = rounded_rows(q, rounded_q);
+        q_sink = args.q_sink != nullptr ? rounded_rows(args.q_sink + q_off, rounded_q_sink) : q;
+      }
       std::fill(max_scores.begin(), max_scores.end(), -std::numeric_limits<float>::infinity());
       // Scores tokens [begin, end) with `qs`; whole tiles are computed, only the range kept.
       auto score_range = [&](const float* qs, int begin, int end) {
@@ -173,7 +193,7 @@ void accumulate_attention_weights(const PagedAttentionArgs& args, std::span<floa
             float* row = scores.data() + static_cast<size_t>(g) * score_stride + first;
             float& max_score = max_scores[static_cast<size_t>(g)];
             for (int j = j_begin; j < j_end; ++j) {
-              row[j] = acc[j] * args.scale;
+              row[j] = acc[j] * score_scale;
               max_score = std::max(max_score, row[j]);
             }
           }

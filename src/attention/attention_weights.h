@@ -11,7 +11,8 @@ namespace kvlm {
 // For each context token t in [0, args.num_context_tokens), adds to token_weights[t] the
 // sum, over the args' queries and all their query heads, of the softmax weight that
 // (query, head) gives token t: exactly the weights paged_attention(args) uses, with the
-// same visibility (causal, sinks, window; sinks scored with q_sink when given). Tokens no
+// same visibility (causal, sinks, window; sinks scored with q_sink when given) and, over
+// int8 and int4 keys, the same rounded queries (query_rounding.h). Tokens no
 // query sees get nothing added and are never read. Each (query, head) row sums to 1, so
 // one call adds num_queries × num_heads in total. args.out is not used (may be null).
 //

@@ -150,8 +150,9 @@ const char* attention_isa_name(AttentionIsa isa) {
 AttentionIsa resolve_attention_isa(AttentionIsa isa, int head_dim) {
   const CpuFeatures& cpu = cpu_features();
   const bool avx2 = cpu.avx2 && cpu.fma && cpu.f16c && head_dim % 8 == 0;
-  // The avx512 file is compiled with f, bw, vl and dq, so all four must be present.
-  const bool avx512 = avx2 && cpu.avx512f && cpu.avx512bw && cpu.avx512vl && cpu.avx512dq && head_dim % 16 == 0;
+  // The avx512 file is compiled with f, bw, vl, dq and vnni (integer q·k), so all must be present.
+  const bool avx512 = avx2 && cpu.avx512f && cpu.avx512bw && cpu.avx512vl && cpu.avx512dq && cpu.avx512vnni &&
+                      head_dim % 16 == 0;
   switch (isa) {
     case AttentionIsa::kAuto:
       return avx512 ? AttentionIsa::kAvx512 : avx2 ? AttentionIsa::kAvx2 : AttentionIsa::kPortable;

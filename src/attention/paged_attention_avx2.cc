@@ -98,11 +98,120 @@ struct Avx2Ops {
                                               _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
     return _mm256_cvtepi32_ps(_mm256_and_si256(shifted, _mm256_set1_epi32(0xf)));
   }
+  template <int N>
+  static void load_u4_n(const uint8_t* codes, int d, Reg* out) {
+    for (int j = 0; j < N; ++j) out[j] = load_u4(codes, d + j * kWidth);
+  }
   static Reg load_u2(const uint8_t* codes, int d) {
     uint16_t word;
     __builtin_memcpy(&word, codes + d / 4, sizeof word);
     const __m256i shifted = _mm256_srlv_epi32(_mm256_set1_epi32(word), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
     return _mm256_cvtepi32_ps(_mm256_and_si256(shifted, _mm256_set1_epi32(0x3)));
+  }
+
+  // Integer q·k (query_rounding.h) with pmaddwd: 16-bit products summed in pairs into 8 int32 lanes.
+  // Bytes [0, n) of p, zero above; n <= 16.
+  static __m128i load_partial(const uint8_t* p, int n) {
+    if (n == 16) return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    if (n == 8) return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    alignas(16) uint8_t buf[16] = {};
+    __builtin_memcpy(buf, p, static_cast<size_t>(n));
+    return _mm_load_si128(reinterpret_cast<const __m128i*>(buf));
+  }
+
+  // int8 keys: chunks of 16 values (8 at the end when head_dim % 16 == 8).
+  template <int NR, int TB, class Row>
+  static void qk_int8_step(const int16_t* q, size_t qp, const Row* rows, int t, int D, float* s) {
+    __m256i acc[NR][TB];
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < NR; ++r) {
+      _Pragma("GCC unroll 8")
+      for (int j = 0; j < TB; ++j) acc[r][j] = _mm256_setzero_si256();
+    }
+    for (int d = 0; d < D; d += 16) {
+      const int n = D - d < 16 ? D - d : 16;
+      __m256i k[TB];
+      _Pragma("GCC unroll 8")
+      for (int j = 0; j < TB; ++j) k[j] = _mm256_cvtepi8_epi16(load_partial(rows[t + j].codes + d, n));
+      _Pragma("GCC unroll 8")
+      for (int r = 0; r < NR; ++r) {
+        const __m256i qr = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + r * qp + d));
+        _Pragma("GCC unroll 8")
+        for (int j = 0; j < TB; ++j) acc[r][j] = _mm256_add_epi32(acc[r][j], _mm256_madd_epi16(k[j], qr));
+      }
+    }
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < NR; ++r) {
+      Reg f[TB];
+      _Pragma("GCC unroll 8")
+      for (int j = 0; j < TB; ++j) f[j] = _mm256_cvtepi32_ps(acc[r][j]);
+      reduce_add_n<TB>(f, s + r * kTileTokens + t);
+    }
+  }
+  template <int NR, class Row>
+  static void qk_int8(const int16_t* q, size_t qp, const Row* rows, int n, int D, float* s) {
+    constexpr int TB = NR <= 4 ? 2 : 1;
+    int t = 0;
+    for (; t + TB <= n; t += TB) qk_int8_step<NR, TB>(q, qp, rows, t, D, s);
+    for (; t < n; ++t) qk_int8_step<NR, 1>(q, qp, rows, t, D, s);
+  }
+
+  // int4 keys: chunks of 32 values (16 code bytes). Lane i of a chunk's sum holds values
+  // [4i, 4i + 4), inside one group (g >= 8), so it is scaled by that group's scale.
+  static constexpr int kInt4Chunk = 32;
+  static bool int4_fits(int D, int g) { return D / g <= 4; }  // the (scale, min) pairs fit one register
+  template <int NR, int TB, class Row>
+  static void qk_int4_step(const int16_t* q, size_t qp, const float* qsum_pairs, size_t pp, const Row* rows, int t,
+                           int D, int num_groups,
+                           const __m256i* lane_scales, float* s) {
+    Reg acc[NR][TB];
+    Reg pairs[TB];  // [scale, min] per group, as f32
+    _Pragma("GCC unroll 8")
+    for (int j = 0; j < TB; ++j) {
+      pairs[j] = _mm256_cvtph_ps(load_partial(rows[t + j].meta, num_groups * 4));
+      // The min term sum_g min_g qsum_g, summed with the lanes at the end.
+      _Pragma("GCC unroll 8")
+      for (int r = 0; r < NR; ++r) acc[r][j] = _mm256_mul_ps(pairs[j], _mm256_loadu_ps(qsum_pairs + r * pp));
+    }
+    const __m128i nibble = _mm_set1_epi8(0x0f);
+    for (int d = 0; d < D; d += 32) {
+      const int n = D - d < 32 ? (D - d) / 2 : 16;
+      const __m256i idx = lane_scales[d / 32];
+      __m256i lo[TB], hi[TB];
+      Reg scale[TB];
+      _Pragma("GCC unroll 8")
+      for (int j = 0; j < TB; ++j) {
+        const __m128i b = load_partial(rows[t + j].codes + d / 2, n);
+        lo[j] = _mm256_cvtepu8_epi16(_mm_and_si128(b, nibble));
+        hi[j] = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(b, 4), nibble));
+        scale[j] = _mm256_permutevar8x32_ps(pairs[j], idx);
+      }
+      _Pragma("GCC unroll 8")
+      for (int r = 0; r < NR; ++r) {
+        const __m256i q_even = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + r * qp + d));
+        const __m256i q_odd = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + r * qp + d + 16));
+        _Pragma("GCC unroll 8")
+        for (int j = 0; j < TB; ++j) {
+          const __m256i sum = _mm256_add_epi32(_mm256_madd_epi16(lo[j], q_even), _mm256_madd_epi16(hi[j], q_odd));
+          acc[r][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), scale[j], acc[r][j]);
+        }
+      }
+    }
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < NR; ++r) reduce_add_n<TB>(acc[r], s + r * kTileTokens + t);
+  }
+  template <int NR, class Row>
+  static void qk_int4(const int16_t* q, size_t qp, const float* qsum_pairs, size_t pp, const int32_t* lane_pair,
+                      const Row* rows, int n, int D, int g, float* s) {
+    const int num_groups = D / g;
+    __m256i lane_scales[4];  // int4_fits: head_dim <= 4 groups of at most 32
+    for (int d = 0; d < D; d += 32) {
+      lane_scales[d / 32] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lane_pair + d / 4));
+    }
+    constexpr int TB = NR <= 2 ? 2 : 1;
+    int t = 0;
+    for (; t + TB <= n; t += TB) qk_int4_step<NR, TB>(q, qp, qsum_pairs, pp, rows, t, D, num_groups, lane_scales, s);
+    for (; t < n; ++t) qk_int4_step<NR, 1>(q, qp, qsum_pairs, pp, rows, t, D, num_groups, lane_scales, s);
   }
 };
 

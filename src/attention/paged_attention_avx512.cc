@@ -124,12 +124,121 @@ struct Avx512Ops {
     const __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), mask);
     return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)));
   }
+  // N chunks of 16 nibbles: 32 at a time from 16 bytes (low and high nibbles interleaved
+  // back into order by unpacklo/hi), which halves the unpacking work per value.
+  template <int N>
+  static void load_u4_n(const uint8_t* codes, int d, Reg* out) {
+    int j = 0;
+    for (; j + 2 <= N; j += 2) {
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + (d + j * kWidth) / 2));
+      const __m128i mask = _mm_set1_epi8(0x0f);
+      const __m128i lo = _mm_and_si128(b, mask);
+      const __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), mask);
+      out[j] = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)));
+      out[j + 1] = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi8(lo, hi)));
+    }
+    if (j < N) out[j] = load_u4(codes, d + j * kWidth);
+  }
   static Reg load_u2(const uint8_t* codes, int d) {
     uint32_t word;
     __builtin_memcpy(&word, codes + d / 4, sizeof word);
     const __m512i shifts = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const __m512i shifted = _mm512_srlv_epi32(_mm512_set1_epi32(static_cast<int>(word)), shifts);
     return _mm512_cvtepi32_ps(_mm512_and_si512(shifted, _mm512_set1_epi32(0x3)));
+  }
+
+  // Integer q·k (query_rounding.h) with VNNI's vpdpwssd: 16-bit products summed in pairs
+  // into 16 int32 lanes, accumulating in one instruction.
+  static __mmask32 byte_mask(int n) { return n >= 32 ? ~__mmask32{0} : (__mmask32{1} << n) - 1; }
+
+  // int8 keys: chunks of 32 values (16 at the end when head_dim % 32 == 16).
+  template <int NR, int TB, class Row>
+  static void qk_int8_step(const int16_t* q, size_t qp, const Row* rows, int t, int D, float* s) {
+    __m512i acc[NR][TB];
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < NR; ++r) {
+      _Pragma("GCC unroll 8")
+      for (int j = 0; j < TB; ++j) acc[r][j] = _mm512_setzero_si512();
+    }
+    for (int d = 0; d < D; d += 32) {
+      const __mmask32 mask = byte_mask(D - d);
+      __m512i k[TB];
+      _Pragma("GCC unroll 8")
+      for (int j = 0; j < TB; ++j) k[j] = _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(mask, rows[t + j].codes + d));
+      _Pragma("GCC unroll 8")
+      for (int r = 0; r < NR; ++r) {
+        const __m512i qr = _mm512_loadu_si512(q + r * qp + d);
+        _Pragma("GCC unroll 8")
+        for (int j = 0; j < TB; ++j) acc[r][j] = _mm512_dpwssd_epi32(acc[r][j], k[j], qr);
+      }
+    }
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < NR; ++r) {
+      Reg f[TB];
+      _Pragma("GCC unroll 8")
+      for (int j = 0; j < TB; ++j) f[j] = _mm512_cvtepi32_ps(acc[r][j]);
+      reduce_add_n<TB>(f, s + r * kTileTokens + t);
+    }
+  }
+  template <int NR, class Row>
+  static void qk_int8(const int16_t* q, size_t qp, const Row* rows, int n, int D, float* s) {
+    constexpr int TB = NR <= 4 ? 4 : 2;
+    int t = 0;
+    for (; t + TB <= n; t += TB) qk_int8_step<NR, TB>(q, qp, rows, t, D, s);
+    for (; t < n; ++t) qk_int8_step<NR, 1>(q, qp, rows, t, D, s);
+  }
+
+  // int4 keys: chunks of 64 values (32 code bytes). Lane i of a chunk's sum holds values
+  // [4i, 4i + 4), inside one group (g >= 16), so it is scaled by that group's scale.
+  static constexpr int kInt4Chunk = 64;
+  static bool int4_fits(int D, int g) { return D / g <= 8; }  // the (scale, min) pairs fit one register
+  template <int NR, int TB, class Row>
+  static void qk_int4_step(const int16_t* q, size_t qp, const float* qsum_pairs, size_t pp, const Row* rows, int t,
+                           int D, int num_groups,
+                           const __m512i* lane_scales, float* s) {
+    Reg acc[NR][TB];
+    Reg pairs[TB];  // [scale, min] per group, as f32
+    const __mmask16 meta_mask = static_cast<__mmask16>((1u << (2 * num_groups)) - 1);
+    _Pragma("GCC unroll 8")
+    for (int j = 0; j < TB; ++j) {
+      pairs[j] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(meta_mask, rows[t + j].meta));
+      // The min term sum_g min_g qsum_g, summed with the lanes at the end.
+      _Pragma("GCC unroll 8")
+      for (int r = 0; r < NR; ++r) acc[r][j] = _mm512_mul_ps(pairs[j], _mm512_loadu_ps(qsum_pairs + r * pp));
+    }
+    const __m256i nibble = _mm256_set1_epi8(0x0f);
+    for (int d = 0; d < D; d += 64) {
+      const __mmask32 mask = byte_mask((D - d) / 2);
+      const __m512i idx = lane_scales[d / 64];
+      // Token by token, so that only the accumulators stay live across tokens.
+      _Pragma("GCC unroll 8")
+      for (int j = 0; j < TB; ++j) {
+        const __m256i b = _mm256_maskz_loadu_epi8(mask, rows[t + j].codes + d / 2);
+        const __m512i lo = _mm512_cvtepu8_epi16(_mm256_and_si256(b, nibble));
+        const __m512i hi = _mm512_cvtepu8_epi16(_mm256_and_si256(_mm256_srli_epi16(b, 4), nibble));
+        const Reg scale = _mm512_permutexvar_ps(idx, pairs[j]);
+        _Pragma("GCC unroll 8")
+        for (int r = 0; r < NR; ++r) {
+          const __m512i q_even = _mm512_loadu_si512(q + r * qp + d);
+          const __m512i q_odd = _mm512_loadu_si512(q + r * qp + d + 32);
+          const __m512i sum = _mm512_dpwssd_epi32(_mm512_madd_epi16(lo, q_even), hi, q_odd);
+          acc[r][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), scale, acc[r][j]);
+        }
+      }
+    }
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < NR; ++r) reduce_add_n<TB>(acc[r], s + r * kTileTokens + t);
+  }
+  template <int NR, class Row>
+  static void qk_int4(const int16_t* q, size_t qp, const float* qsum_pairs, size_t pp, const int32_t* lane_pair,
+                      const Row* rows, int n, int D, int g, float* s) {
+    const int num_groups = D / g;
+    __m512i lane_scales[4];  // int4_fits: head_dim <= 8 groups of at most 32
+    for (int d = 0; d < D; d += 64) lane_scales[d / 64] = _mm512_loadu_si512(lane_pair + d / 4);
+    constexpr int TB = NR <= 4 ? 4 : 2;
+    int t = 0;
+    for (; t + TB <= n; t += TB) qk_int4_step<NR, TB>(q, qp, qsum_pairs, pp, rows, t, D, num_groups, lane_scales, s);
+    for (; t < n; ++t) qk_int4_step<NR, 1>(q, qp, qsum_pairs, pp, rows, t, D, num_groups, lane_scales, s);
   }
 };
 

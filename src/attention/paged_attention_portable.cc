@@ -43,6 +43,22 @@ struct ScalarOps {
   }
   static Reg load_u4(const uint8_t* codes, int d) { return static_cast<float>((codes[d / 2] >> (4 * (d % 2))) & 0xfu); }
   static Reg load_u2(const uint8_t* codes, int d) { return static_cast<float>((codes[d / 4] >> (2 * (d % 4))) & 0x3u); }
+  template <int N>
+  static void load_u4_n(const uint8_t* codes, int d, Reg* out) {
+    for (int j = 0; j < N; ++j) out[j] = load_u4(codes, d + j);
+  }
+  // Integer q·k: the scalar forms, with the queries in natural order.
+  static constexpr int kInt4Chunk = 0;
+  static bool int4_fits(int, int) { return false; }
+  template <int NR, class Row>
+  static void qk_int8(const int16_t* q, size_t qp, const Row* rows, int n, int D, float* s) {
+    qk_int8_scalar<NR>(q, qp, rows, n, D, s);
+  }
+  template <int NR, class Row>
+  static void qk_int4(const int16_t* q, size_t qp, const float* qsum_pairs, size_t pp, const int32_t*, const Row* rows,
+                      int n, int D, int g, float* s) {
+    qk_int4_scalar<ScalarOps, NR>(q, qp, qsum_pairs, pp, rows, n, D, g, s);
+  }
 };
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "attention/query_rounding.h"
 #include "core/check.h"
 
 namespace kvlm {
@@ -24,6 +25,17 @@ std::vector<float> reference_attention(const ReferenceAttentionArgs& a) {
   if (a.weights != nullptr) a.weights->assign(static_cast<size_t>(a.num_queries) * a.num_heads * T, 0.0);
   std::vector<double> scores(T);
   std::vector<double> acc(D);
+  // The query row a score uses, scale applied: exact, or rounded as the kernels round it.
+  std::vector<int16_t> rounded(D);
+  std::vector<double> q_row(D), q_sink_row(D);
+  auto load_row = [&](const float* q, std::vector<double>& out) {
+    if (!a.round_queries) {
+      for (size_t d = 0; d < D; ++d) out[d] = static_cast<double>(q[d]) * static_cast<double>(a.scale);
+      return;
+    }
+    const double step = query_rounding::round_query_row(q, a.head_dim, a.scale, rounded.data());
+    for (size_t d = 0; d < D; ++d) out[d] = static_cast<double>(rounded[d]) * step;
+  };
   for (int i = 0; i < a.num_queries; ++i) {
     const int pos = first_query_pos + i;
     auto visible = [&](int t) { return t <= pos && (t < a.num_sink_tokens || t >= a.window_begin); };
@@ -31,14 +43,16 @@ std::vector<float> reference_attention(const ReferenceAttentionArgs& a) {
       const int kvh = h / group;
       const size_t row = static_cast<size_t>(i) * a.num_heads + h;
       double max_score = -std::numeric_limits<double>::infinity();
+      load_row(a.q + row * D, q_row);
+      if (a.q_sink != nullptr) load_row(a.q_sink + row * D, q_sink_row);
       for (int t = 0; t <= pos; ++t) {
         if (!visible(t)) continue;
         const bool sink = t < a.num_sink_tokens && a.q_sink != nullptr;
-        const float* q = (sink ? a.q_sink : a.q) + row * D;
+        const std::vector<double>& q = sink ? q_sink_row : q_row;
         const float* k = a.k + (static_cast<size_t>(t) * a.num_kv_heads + kvh) * D;
         double dot = 0.0;
-        for (size_t d = 0; d < D; ++d) dot += static_cast<double>(q[d]) * static_cast<double>(k[d]);
-        scores[static_cast<size_t>(t)] = dot * static_cast<double>(a.scale);
+        for (size_t d = 0; d < D; ++d) dot += q[d] * static_cast<double>(k[d]);
+        scores[static_cast<size_t>(t)] = dot;
         max_score = std::max(max_score, scores[static_cast<size_t>(t)]);
       }
       double sum = 0.0;

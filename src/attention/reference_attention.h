@@ -28,6 +28,10 @@ struct ReferenceAttentionArgs {
   int window_begin = 0;
   const float* q_sink = nullptr;  // [num_queries, num_heads, head_dim] or nullptr
 
+  // Score with the integer queries the kernels use over int8 and int4 keys
+  // (query_rounding.h): each scaled (query, head) row rounded to integers × one step.
+  bool round_queries = false;
+
   // When given, receives the softmax weights, zero for tokens a query does not see:
   // resized to [num_queries, num_heads, num_context_tokens]. Each (query, head) row sums to 1.
   std::vector<double>* weights = nullptr;

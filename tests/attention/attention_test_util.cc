@@ -10,6 +10,8 @@
 
 #include <fmt/format.h>
 
+#include "attention/query_rounding.h"
+
 namespace kvlm::testing {
 
 std::string AttentionShape::name() const {
@@ -114,7 +116,7 @@ std::vector<float> PagedAttentionFixture::run_paged(ThreadPool& pool, AttentionI
 }
 
 static std::vector<float> reference(const PagedAttentionFixture& f, const std::vector<float>& k,
-                                    const std::vector<float>& v, std::vector<double>* weights) {
+                                    const std::vector<float>& v, std::vector<double>* weights, bool round_queries) {
   ReferenceAttentionArgs a;
   a.q = f.q.data();
   a.k = k.data();
@@ -129,14 +131,18 @@ static std::vector<float> reference(const PagedAttentionFixture& f, const std::v
   a.window_begin = f.window_begin;
   a.q_sink = f.q_sink.empty() ? nullptr : f.q_sink.data();
   a.weights = weights;
+  a.round_queries = round_queries;
   return reference_attention(a);
 }
 
 std::vector<float> PagedAttentionFixture::run_reference_stored(std::vector<double>* weights) const {
-  return reference(*this, k_stored, v_stored, weights);
+  return reference(*this, k_stored, v_stored, weights, query_rounding::rounds_queries(shape.k_type));
+}
+std::vector<float> PagedAttentionFixture::run_reference_stored_exact_queries() const {
+  return reference(*this, k_stored, v_stored, nullptr, false);
 }
 std::vector<float> PagedAttentionFixture::run_reference_original() const {
-  return reference(*this, k, v, nullptr);
+  return reference(*this, k, v, nullptr, false);
 }
 
 float max_abs(const std::vector<float>& x) {

@@ -61,9 +61,12 @@ struct PagedAttentionFixture {
   // The kernel's arguments for this fixture (out may be null).
   PagedAttentionArgs paged_args(float* out) const;
   std::vector<float> run_paged(ThreadPool& pool, AttentionIsa isa = AttentionIsa::kAuto) const;
-  // The double-precision reference on the stored (codec-rounded) or the original K/V;
-  // `weights`, when given, receives the softmax weights (ReferenceAttentionArgs::weights).
+  // The double-precision reference on the stored (codec-rounded) K/V, with the queries
+  // rounded as the kernels round them for this key type (query_rounding.h); `weights`, when
+  // given, receives the softmax weights (ReferenceAttentionArgs::weights).
   std::vector<float> run_reference_stored(std::vector<double>* weights = nullptr) const;
+  // The same with exact queries, and the exact queries on the original K/V.
+  std::vector<float> run_reference_stored_exact_queries() const;
   std::vector<float> run_reference_original() const;
 };
 

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "attention/paged_attention.h"
@@ -55,6 +56,15 @@ std::vector<AttentionShape> quant_shapes() {
     shapes.push_back({8, 2, 64, 16, 100, 3, k, v});
     shapes.push_back({4, 1, 8, 16, 50, 1, k, v});
   }
+  // Integer q·k (int8, int4 keys) where the SIMD kernels take a partial last chunk or fall
+  // back to the scalar form: head_dim 24 (avx2: 12 code bytes), 48 (avx512: a masked chunk),
+  // 256 (avx2: more int4 groups than a register holds), 512 (avx512 likewise).
+  for (KvType t : {KvType::kInt8, KvType::kInt4}) {
+    for (int d : {24, 48, 256, 512}) {
+      shapes.push_back({8, 2, d, 16, 40, 1, t, t});
+      shapes.push_back({4, 4, d, 1, 20, 3, t, t});
+    }
+  }
   // KIVI residual windows: staged and sealed blocks in one context.
   for (KvType t : {KvType::kKivi4, KvType::kKivi2}) {
     shapes.push_back({8, 2, 64, 16, 100, 1, t, t, 32});
@@ -92,6 +102,60 @@ TEST(QuantizedAttention, ErrorAgainstOriginalShrinksWithBits) {
   EXPECT_LT(e_fp8, e_int4);
   EXPECT_LT(e_int4, e_kivi2);
   EXPECT_LT(e_int4, 0.2f);
+}
+
+// Over int8 and int4 keys the kernels score with rounded queries (query_rounding.h); the
+// tests above compare them with a reference that rounds the same way. Against exact queries
+// the rounding moves each score by at most δ = step/2 × Σ_d |k_d| (step = max|q·scale| /
+// 16383), so each softmax weight by a factor within e^{±2δ} and each output value by at most
+// (e^{2δ} − 1) × max|v| over the row's tokens: the bound asserted here, per (query, head).
+TEST(QuantizedAttention, RoundedQueriesStayWithinTheirBoundOfExactQueries) {
+  ThreadPool pool(2);
+  for (KvType t : {KvType::kInt8, KvType::kInt4}) {
+    for (int d : {8, 64, 128}) {
+      const AttentionShape shape{8, 2, d, 16, 120, 3, t, t};
+      const PagedAttentionFixture f = PagedAttentionFixture::make(shape, 99);
+      const std::vector<float> exact = f.run_reference_stored_exact_queries();
+      const std::vector<float> rounded = f.run_reference_stored();
+      const float out_scale = std::max(max_abs(exact), 1e-3f);
+      EXPECT_GT(max_abs_diff(rounded, exact), 0.0f) << "the rounding must be visible to this test";
+      const size_t D = static_cast<size_t>(d);
+      const int group = shape.num_heads / shape.num_kv_heads;
+      for (AttentionIsa isa : {AttentionIsa::kPortable, AttentionIsa::kAvx2, AttentionIsa::kAvx512}) {
+        const std::vector<float> out = f.run_paged(pool, isa);
+        double worst_delta = 0.0;
+        for (int i = 0; i < shape.num_queries; ++i) {
+          const int pos = shape.num_context_tokens - shape.num_queries + i;
+          for (int h = 0; h < shape.num_heads; ++h) {
+            const size_t row = static_cast<size_t>(i) * shape.num_heads + h;
+            const size_t kvh = static_cast<size_t>(h / group);
+            double q_max = 0.0;
+            for (size_t e = 0; e < D; ++e) q_max = std::max(q_max, std::abs(double{f.q[row * D + e] * f.scale}));
+            const double step = q_max / 16383.0;
+            double delta = 0.0, v_max = 0.0;
+            for (int tok = 0; tok <= pos; ++tok) {
+              const size_t base = (static_cast<size_t>(tok) * shape.num_kv_heads + kvh) * D;
+              double k_l1 = 0.0;
+              for (size_t e = 0; e < D; ++e) {
+                k_l1 += std::abs(double{f.k_stored[base + e]});
+                v_max = std::max(v_max, std::abs(double{f.v_stored[base + e]}));
+              }
+              delta = std::max(delta, step / 2 * k_l1);
+            }
+            worst_delta = std::max(worst_delta, delta);
+            const double bound = std::expm1(2 * delta) * v_max + 1e-5 * out_scale;
+            for (size_t e = 0; e < D; ++e) {
+              ASSERT_LE(std::abs(double{out[row * D + e]} - exact[row * D + e]), bound)
+                  << kv_type_name(t) << " d" << d << " " << attention_isa_name(resolve_attention_isa(isa, d)) << " row "
+                  << row;
+            }
+          }
+        }
+        // The bound itself is small: the rounding is far finer than the codecs' own error.
+        EXPECT_LT(worst_delta, 5e-3) << kv_type_name(t) << " d" << d;
+      }
+    }
+  }
 }
 
 // Generation one token at a time, sealing after each write as the model does:
