@@ -1,4 +1,5 @@
 // `kvlm bench`: prompt-processing and generation speed at given cache depths, as a llama-bench table.
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -44,6 +45,8 @@ nlohmann::json row_json(const SpeedBenchRow& row) {
       {"reps", row.reps},
       {"mean_tps", row.mean_tps},
       {"stddev_tps", row.stddev_tps},
+      {"median_tps", row.median_tps},
+      {"kv_bytes_per_cached_token", row.kv_bytes_per_cached_token},
       {"samples_tps", row.samples_tps},
       {"samples_s", row.samples_s},
       {"weight_bytes_per_token", row.weight_bytes_per_token},
@@ -54,15 +57,29 @@ nlohmann::json row_json(const SpeedBenchRow& row) {
   };
 }
 
+// --kv-type takes a comma-separated list here ("f16,int8,int4"): one codec per item, each with
+// --kv-type-k / --kv-type-v overriding its K or V when given.
+std::vector<SpeedBenchCodec> codecs_of(const KvTypeFlags& kv) {
+  std::vector<SpeedBenchCodec> codecs;
+  const KvStorageOptions storage = kv.storage_options();
+  size_t begin = 0;
+  while (begin <= kv.both.size()) {
+    const size_t comma = std::min(kv.both.find(',', begin), kv.both.size());
+    KvTypeFlags one = kv;
+    one.both = kv.both.substr(begin, comma - begin);
+    codecs.push_back(SpeedBenchCodec{one.k_type(), one.v_type(), storage});
+    begin = comma + 1;
+  }
+  return codecs;
+}
+
 void run_bench(const BenchFlags& f) {
   SpeedBenchOptions options;
   options.prompt_tokens = f.prompt_tokens;
   options.gen_tokens = f.gen_tokens;
   options.depths = f.depths;
   options.reps = f.reps;
-  options.k_type = f.kv.k_type();
-  options.v_type = f.kv.v_type();
-  options.storage = f.kv.storage_options();
+  options.codecs = codecs_of(f.kv);
   options.block_size = f.block_size;
   options.prefill_chunk = f.prefill_chunk;
   options.warmup = !f.no_warmup;
@@ -98,7 +115,6 @@ void run_bench(const BenchFlags& f) {
         {"fill", f.fill},
         {"seed", r.seed},
         {"weight_bytes_per_token", r.weight_bytes_per_token},
-        {"kv_bytes_per_cached_token", r.kv_bytes_per_cached_token},
         {"blocks_in_use_at_end", r.blocks_in_use_at_end},
         {"rows", rows},
     };
@@ -107,11 +123,24 @@ void run_bench(const BenchFlags& f) {
   }
   std::printf("%s", format_speed_bench_table(r).c_str());
   std::printf("\n%s\n", r.machine.c_str());
-  std::printf("decode bytes/token = weights %.2f MB (every matrix + one embedding row) + KV %llu B/token x mean "
+  std::string kv_bytes;  // "f16 32768, int8 16896"
+  for (const SpeedBenchCodec& c : options.codecs) {
+    for (const SpeedBenchRow& row : r.rows) {
+      if (row.k_type != c.k_type || row.v_type != c.v_type) continue;
+      const std::string_view kn = kv_type_name(c.k_type), vn = kv_type_name(c.v_type);
+      kv_bytes += fmt::format("{}{} {}", kv_bytes.empty() ? "" : ", ",
+                              kn == vn ? std::string(kn) : fmt::format("{}/{}", kn, vn), row.kv_bytes_per_cached_token);
+      break;
+    }
+  }
+  std::printf("decode bytes/token = weights %.2f MB (every matrix + one embedding row) + KV B/token (%s) x mean "
               "tokens read; seed %llu, block size %d\n",
-              static_cast<double>(r.weight_bytes_per_token) / 1e6,
-              static_cast<unsigned long long>(r.kv_bytes_per_cached_token), static_cast<unsigned long long>(r.seed),
-              r.block_size);
+              static_cast<double>(r.weight_bytes_per_token) / 1e6, kv_bytes.c_str(),
+              static_cast<unsigned long long>(r.seed), r.block_size);
+  if (options.codecs.size() > 1) {
+    std::printf("repetitions interleaved across the %zu codecs; t/s is mean ± sd, --json adds each median and sample\n",
+                options.codecs.size());
+  }
 }
 
 }  // namespace
@@ -127,7 +156,7 @@ CLI::App* add_bench_command(CLI::App& app) {
   cmd->add_option("--n-depth,-d", flags->depths, "cache depths filled before timing, e.g. 0,2048,8192")
       ->delimiter(',')
       ->capture_default_str();
-  flags->kv.add_to(cmd);
+  flags->kv.add_to(cmd, /*list_allowed=*/true);
   cmd->add_option("--threads,-t", flags->threads, "threads (default: all cores)");
   cmd->add_option("--reps,-r", flags->reps, "repetitions per test")->capture_default_str();
   cmd->add_option("--block-size", flags->block_size, "tokens per KV block")->capture_default_str();

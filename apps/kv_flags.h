@@ -21,8 +21,12 @@ struct KvTypeFlags {
   int kivi_residual = kDefaultKiviResidual;
   static constexpr int kDefaultKiviResidual = 128;
 
-  void add_to(CLI::App* cmd) {
-    cmd->add_option("--kv-type", both, "KV cache codec for K and V: " + kv_type_list())->capture_default_str();
+  // list_allowed: the command takes a comma-separated list of codecs in --kv-type (kvlm bench).
+  void add_to(CLI::App* cmd, bool list_allowed = false) {
+    cmd->add_option("--kv-type", both,
+                    "KV cache codec for K and V: " + kv_type_list() +
+                        (list_allowed ? "; a comma-separated list measures each, side by side" : ""))
+        ->capture_default_str();
     cmd->add_option("--kv-type-k", k, "KV cache codec for K (overrides --kv-type)");
     cmd->add_option("--kv-type-v", v, "KV cache codec for V (overrides --kv-type)");
     cmd->add_option("--kivi-residual", kivi_residual,

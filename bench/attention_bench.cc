@@ -1,8 +1,9 @@
 // Paged attention throughput at llama-3.2-1b shapes (32 heads, 8 kv heads, head_dim 64):
-// decode at depth 2048 and 8192 for f32 and f16 KV, 1 and 2 threads, and for the
-// quantized codecs (bf16, fp8, int8, int4, kivi4, kivi2) at 8192 on 1 thread, as
-// bytes of KV read per second. Calls cycle through enough layers that the KV is never cache-resident,
-// as in a real forward pass, which reads each layer's cache once per token.
+// decode at depth 2048 and 8192 for f32 and f16 KV, 1 and 2 threads; the quantized codecs
+// (bf16, fp8, int8, int4, kivi4, kivi2) at 8192, with K and V apart for int8, int4 and kivi4
+// (which side a codec's time goes to); as bytes of KV read per second. Calls cycle through
+// enough layers that the KV is never cache-resident, as in a real forward pass, which reads
+// each layer's cache once per token.
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 

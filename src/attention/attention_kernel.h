@@ -65,14 +65,15 @@ inline size_t int_query_stride(int head_dim) {
 // Tokens whose scores a kernel holds at once (its tile).
 inline constexpr int kTileTokens = 32;
 
-// f32 rows, accumulators, max and sum per row; a tile's value (scale, min) pairs as f32
-// (at most head_dim groups per token); then, for integer q·k, the rounded query rows
+// f32 rows, accumulators, max and sum per row; a tile's key and value metadata as f32
+// (at most 2 × head_dim floats per token: KIVI's channel scales and mins per block, the
+// values' (scale, min) pairs per token); then, for integer q·k, the rounded query rows
 // (int16, padded), their steps and their sums per key group (interleaved with zeros and
 // padded to 16), and the int4 lanes' group indices.
 inline size_t task_scratch_floats(int num_rows, int head_dim) {
   const size_t rows = static_cast<size_t>(num_rows);
   const size_t d = static_cast<size_t>(head_dim);
-  return 2 * rows * d + 2 * rows + kTileTokens * 2 * d +
+  return 2 * rows * d + 2 * rows + 2 * kTileTokens * 2 * d +
          rows * (int_query_stride(head_dim) / 2 + 1 + 2 * d + 16) + int_query_stride(head_dim) / 4;
 }
 

@@ -238,7 +238,7 @@ struct ChannelLoader {
   static constexpr int kBits = kv_format::bits(T);
   struct Row {
     const uint8_t* codes;
-    const uint8_t* scales;  // [head_dim] f16, then [head_dim] f16 mins
+    const float* scales;  // [head_dim] f32 scales, then [head_dim] f32 mins (convert_meta)
     const float* staged;
     int head_dim;
   };
@@ -248,7 +248,19 @@ struct ChannelLoader {
       return {nullptr, nullptr, b.staged + (static_cast<size_t>(slot) * l.num_kv_heads + kv_head) * D, l.head_dim};
     }
     const uint8_t* base = Rg::base(b, l, kv_head);
-    return {base + static_cast<size_t>(slot) * Rg::row_bytes(l), base + Rg::meta_offset(l), nullptr, l.head_dim};
+    return {base + static_cast<size_t>(slot) * Rg::row_bytes(l), nullptr, nullptr, l.head_dim};
+  }
+  // The block's channel scales and mins (f16, shared by all its tokens) converted to f32 once
+  // per run of slots into out ([2, head_dim]), which rows [0, s1 - s0) then point to: a key
+  // chunk reads them as plain f32 instead of converting 2 × head_dim halves per token.
+  static void convert_meta(const BlockRef& b, const KvLayout& l, int kv_head, int s0, int s1, float* out, Row* rows) {
+    if (b.staged != nullptr) return;
+    const uint16_t* src = reinterpret_cast<const uint16_t*>(Rg::base(b, l, kv_head) + Rg::meta_offset(l));
+    const int count = 2 * l.head_dim;
+    int i = 0;
+    for (; i + V::kWidth <= count; i += V::kWidth) V::store(out + i, V::load_f16(src + i));
+    for (; i < count; ++i) out[i] = V::half(src[i]);
+    for (int k = 0; k < s1 - s0; ++k) rows[k].scales = out;
   }
   static void prefetch_slots(const BlockRef& b, const KvLayout& l, int kv_head, int s0, int s1) {
     if (b.staged != nullptr) return;
@@ -259,8 +271,7 @@ struct ChannelLoader {
   }
   static typename V::Reg load(const Row& r, int d) {
     if (r.staged != nullptr) return V::load_f32(r.staged + d);
-    return V::fma(load_unsigned<V, kBits>(r.codes, d), V::load_f16(reinterpret_cast<const uint16_t*>(r.scales) + d),
-                  V::load_f16(reinterpret_cast<const uint16_t*>(r.scales) + r.head_dim + d));
+    return V::fma(load_unsigned<V, kBits>(r.codes, d), V::load_f32(r.scales + d), V::load_f32(r.scales + r.head_dim + d));
   }
 };
 
@@ -593,8 +604,10 @@ struct AttentionKernel {
     float* acc = qs + static_cast<size_t>(num_rows) * D;               // [num_rows, D]
     float* m = acc + static_cast<size_t>(num_rows) * D;                // [num_rows]
     float* l = m + num_rows;                                           // [num_rows]
-    // A tile's value (scale, min) pairs as f32, at a stride of 2 × D per token (GroupLoader).
-    float* v_meta = l + num_rows;                                      // [kTileTokens, <= 2 * D]
+    // A tile's key and value metadata as f32 (convert_meta), 2 × D floats per token: the
+    // values' (scale, min) pairs per token, KIVI keys' channel scales and mins per run.
+    float* k_meta = l + num_rows;                                      // [kTileTokens, 2 * D]
+    float* v_meta = k_meta + kTileTokens * 2 * D;                      // [kTileTokens, <= 2 * D]
     for (int r = 0; r < num_rows; ++r) {
       const int qi = task.query_begin + r / G;
       const int head = task.kv_head * G + r % G;
@@ -649,6 +662,10 @@ struct AttentionKernel {
         for (int slot = s0; slot < s1; ++slot, ++i) {
           krows[i] = KL::row(kb, w.layout, task.kv_head, slot);
           vrows[i] = VL::row(vb, w.layout, task.kv_head, slot);
+        }
+        if constexpr (requires { KL::convert_meta(kb, w.layout, 0, 0, 0, k_meta, krows); }) {
+          KL::convert_meta(kb, w.layout, task.kv_head, s0, s1, k_meta + static_cast<size_t>(first) * 2 * D,
+                           krows + first);
         }
         if constexpr (requires { VL::convert_meta(vb, w.layout, 0, 0, 0, v_meta, vrows); }) {
           VL::convert_meta(vb, w.layout, task.kv_head, s0, s1, v_meta + static_cast<size_t>(first) * 2 * D,

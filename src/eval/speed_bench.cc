@@ -35,6 +35,13 @@ double mean_of(std::span<const double> xs) {
   return xs.empty() ? 0.0 : sum / static_cast<double>(xs.size());
 }
 
+double median_of(std::vector<double> xs) {
+  if (xs.empty()) return 0.0;
+  std::sort(xs.begin(), xs.end());
+  const size_t n = xs.size();
+  return n % 2 == 1 ? xs[n / 2] : (xs[n / 2 - 1] + xs[n / 2]) / 2;
+}
+
 // Sample standard deviation (divides by n - 1), as llama-bench reports; 0 for fewer than two samples.
 double stddev_of(std::span<const double> xs) {
   if (xs.size() < 2) return 0.0;
@@ -155,13 +162,14 @@ double seconds_of(Fn&& fn) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-SpeedBenchRow make_row(const SpeedBenchOptions& options, SpeedTest test, int tokens, int depth) {
+SpeedBenchRow make_row(const SpeedBenchOptions& options, const SpeedBenchCodec& codec, SpeedTest test, int tokens,
+                       int depth) {
   SpeedBenchRow row;
   row.test = speed_test_name(test, tokens, depth);
   (test == SpeedTest::kPrompt ? row.prompt_tokens : row.gen_tokens) = tokens;
   row.depth = depth;
-  row.k_type = options.k_type;
-  row.v_type = options.v_type;
+  row.k_type = codec.k_type;
+  row.v_type = codec.v_type;
   row.reps = options.reps;
   return row;
 }
@@ -170,7 +178,14 @@ void finish_row(SpeedBenchRow& row, int tokens) {
   for (double s : row.samples_s) row.samples_tps.push_back(static_cast<double>(tokens) / s);
   row.mean_tps = mean_of(row.samples_tps);
   row.stddev_tps = stddev_of(row.samples_tps);
+  row.median_tps = median_of(row.samples_tps);
 }
+
+// One codec's cache for the whole run: its storage and block manager.
+struct CodecCache {
+  std::unique_ptr<KvStorage> storage;
+  std::unique_ptr<KvCacheManager> cache;
+};
 
 }  // namespace
 
@@ -210,6 +225,10 @@ Status validate_speed_bench_options(const SpeedBenchOptions& o, const ModelConfi
   for (int d : o.depths) {
     if (d < 0) return Status::errorf("-d {} must be >= 0", d);
   }
+  if (o.codecs.empty() || static_cast<int>(o.codecs.size()) > SpeedBenchOptions::kMaxCodecs) {
+    return Status::errorf("{} KV codecs given; between 1 and {} are allowed", o.codecs.size(),
+                          SpeedBenchOptions::kMaxCodecs);
+  }
   if (o.reps < 1 || o.reps > SpeedBenchOptions::kMaxReps) {
     return Status::errorf("-r/--reps {} must be in [1, {}]", o.reps, SpeedBenchOptions::kMaxReps);
   }
@@ -237,9 +256,13 @@ Result<SpeedBenchResult> run_speed_bench(LlamaModel& model, ThreadPool& pool, co
   const int block_size = options.block_size;
   const int num_blocks = (max_depth + span + block_size - 1) / block_size;
   const KvLayout layout{config.num_layers, config.num_kv_heads, config.head_dim, block_size};
-  KVLM_ASSIGN_OR_RETURN(std::unique_ptr<KvStorage> storage,
-                        KvStorage::create(layout, options.k_type, options.v_type, num_blocks, options.storage));
-  KvCacheManager cache(num_blocks, block_size);
+  std::vector<CodecCache> caches;  // [codecs]
+  for (const SpeedBenchCodec& codec : options.codecs) {
+    CodecCache c;
+    KVLM_ASSIGN_OR_RETURN(c.storage, KvStorage::create(layout, codec.k_type, codec.v_type, num_blocks, codec.storage));
+    c.cache = std::make_unique<KvCacheManager>(num_blocks, block_size);
+    caches.push_back(std::move(c));
+  }
 
   SpeedBenchResult result;
   for (const GgufTensorInfo& t : model.file().tensors()) {
@@ -258,58 +281,81 @@ Result<SpeedBenchResult> run_speed_bench(LlamaModel& model, ThreadPool& pool, co
   result.block_size = block_size;
   result.seed = options.seed;
   result.weight_bytes_per_token = decode_weight_read_bytes(weights);
-  result.kv_bytes_per_cached_token = storage->bytes_per_token();
 
   const BenchTokens tokens = draw_tokens(options, max_depth, config.vocab_size);
   const std::span<const TokenId> prompt(tokens.prompt);
   const std::span<const TokenId> gen(tokens.gen);
+  const size_t num_codecs = options.codecs.size();
   for (int depth : options.depths) {
-    const SeqId seq = cache.create_sequence();
-    KVLM_CHECK(cache.reserve(seq, depth + span), "pool of {} blocks cannot hold depth {} + {} tokens", num_blocks,
-               depth, span);
-    const std::vector<int32_t> table = cache.table(seq).block_ids();  // [blocks for depth + span]
-    BenchSequence runner(model, *storage, pool, table, options.prefill_chunk);
-    if (options.fill == SpeedBenchOptions::DepthFill::kModel) {
-      runner.prefill(std::span<const TokenId>(tokens.fill).first(static_cast<size_t>(depth)), 0);
-    } else {
-      fill_random_kv(*storage, table, depth, options.seed);
+    // Every codec's sequence filled to `depth`, each in its own cache.
+    std::vector<SeqId> seqs;
+    std::vector<std::vector<int32_t>> tables;  // [codecs][blocks for depth + span]
+    std::vector<std::unique_ptr<BenchSequence>> runners;
+    for (CodecCache& c : caches) {
+      const SeqId seq = c.cache->create_sequence();
+      KVLM_CHECK(c.cache->reserve(seq, depth + span), "pool of {} blocks cannot hold depth {} + {} tokens", num_blocks,
+                 depth, span);
+      seqs.push_back(seq);
+      tables.push_back(c.cache->table(seq).block_ids());
     }
-    cache.append(seq, depth);
+    for (size_t i = 0; i < num_codecs; ++i) {
+      runners.push_back(
+          std::make_unique<BenchSequence>(model, *caches[i].storage, pool, tables[i], options.prefill_chunk));
+      if (options.fill == SpeedBenchOptions::DepthFill::kModel) {
+        runners[i]->prefill(std::span<const TokenId>(tokens.fill).first(static_cast<size_t>(depth)), 0);
+      } else {
+        fill_random_kv(*caches[i].storage, tables[i], depth, options.seed);
+      }
+      caches[i].cache->append(seqs[i], depth);
+    }
 
-    if (options.prompt_tokens > 0) {
-      SpeedBenchRow row = make_row(options, SpeedTest::kPrompt, options.prompt_tokens, depth);
-      // Warm-up with the largest step shape: touches every weight and sizes the forward's scratch.
+    // One test for every codec: warm-ups first, then the repetitions interleaved across codecs.
+    auto run_test = [&](SpeedTest test, int num_tokens, auto&& warmup, auto&& timed) {
+      std::vector<SpeedBenchRow> rows;
+      for (const SpeedBenchCodec& codec : options.codecs) rows.push_back(make_row(options, codec, test, num_tokens, depth));
       if (options.warmup) {
-        runner.prefill(prompt.first(std::min<size_t>(prompt.size(), static_cast<size_t>(options.prefill_chunk))),
-                       depth);
+        for (size_t i = 0; i < num_codecs; ++i) warmup(*runners[i]);
       }
       for (int r = 0; r < options.reps; ++r) {
-        row.samples_s.push_back(seconds_of([&] { runner.prefill(prompt, depth); }));
+        for (size_t i = 0; i < num_codecs; ++i) rows[i].samples_s.push_back(seconds_of([&] { timed(*runners[i]); }));
       }
-      finish_row(row, options.prompt_tokens);
-      result.rows.push_back(std::move(row));
+      for (size_t i = 0; i < num_codecs; ++i) {
+        SpeedBenchRow& row = rows[i];
+        finish_row(row, num_tokens);
+        row.kv_bytes_per_cached_token = caches[i].storage->bytes_per_token();
+        if (test == SpeedTest::kGeneration) {
+          // Step i (0-based) attends over depth + i + 1 tokens, its own included: the mean over n
+          // steps is depth + (n + 1) / 2.
+          row.weight_bytes_per_token = static_cast<double>(result.weight_bytes_per_token);
+          row.kv_tokens_read = static_cast<double>(depth) + (static_cast<double>(num_tokens) + 1.0) / 2.0;
+          row.kv_bytes_per_token = row.kv_tokens_read * static_cast<double>(row.kv_bytes_per_cached_token);
+          row.bytes_per_token = row.weight_bytes_per_token + row.kv_bytes_per_token;
+          row.gb_per_s = row.bytes_per_token * row.mean_tps / 1e9;
+        }
+        result.rows.push_back(std::move(row));
+      }
+    };
+    if (options.prompt_tokens > 0) {
+      run_test(
+          SpeedTest::kPrompt, options.prompt_tokens,
+          // Warm-up with the largest step shape: touches every weight and sizes the forward's scratch.
+          [&](BenchSequence& s) {
+            s.prefill(prompt.first(std::min<size_t>(prompt.size(), static_cast<size_t>(options.prefill_chunk))), depth);
+          },
+          [&](BenchSequence& s) { s.prefill(prompt, depth); });
     }
     if (options.gen_tokens > 0) {
-      SpeedBenchRow row = make_row(options, SpeedTest::kGeneration, options.gen_tokens, depth);
-      if (options.warmup) runner.decode(gen.first(1), depth);
-      for (int r = 0; r < options.reps; ++r) {
-        row.samples_s.push_back(seconds_of([&] { runner.decode(gen, depth); }));
-      }
-      finish_row(row, options.gen_tokens);
-      // Step i (0-based) attends over depth + i + 1 tokens, its own included: the mean over n steps
-      // is depth + (n + 1) / 2.
-      row.weight_bytes_per_token = static_cast<double>(result.weight_bytes_per_token);
-      row.kv_tokens_read = static_cast<double>(depth) + (static_cast<double>(options.gen_tokens) + 1.0) / 2.0;
-      row.kv_bytes_per_token = row.kv_tokens_read * static_cast<double>(result.kv_bytes_per_cached_token);
-      row.bytes_per_token = row.weight_bytes_per_token + row.kv_bytes_per_token;
-      row.gb_per_s = row.bytes_per_token * row.mean_tps / 1e9;
-      result.rows.push_back(std::move(row));
+      run_test(
+          SpeedTest::kGeneration, options.gen_tokens, [&](BenchSequence& s) { s.decode(gen.first(1), depth); },
+          [&](BenchSequence& s) { s.decode(gen, depth); });
     }
-    KVLM_CHECK(cache.table(seq).num_tokens() == depth, "sequence holds {} tokens after the tests, filled {}",
-               cache.table(seq).num_tokens(), depth);
-    release_sequence(cache, *storage, seq);
+    for (size_t i = 0; i < num_codecs; ++i) {
+      KVLM_CHECK(caches[i].cache->table(seqs[i]).num_tokens() == depth, "sequence holds {} tokens after the tests, filled {}",
+                 caches[i].cache->table(seqs[i]).num_tokens(), depth);
+      release_sequence(*caches[i].cache, *caches[i].storage, seqs[i]);
+    }
   }
-  result.blocks_in_use_at_end = cache.num_used_blocks();
+  for (const CodecCache& c : caches) result.blocks_in_use_at_end += c.cache->num_used_blocks();
   return result;
 }
 

@@ -16,6 +16,13 @@ class LlamaModel;
 struct ModelConfig;
 struct LlamaWeights;
 
+// One KV cache configuration a bench measures.
+struct SpeedBenchCodec {
+  KvType k_type = KvType::kF32;
+  KvType v_type = KvType::kF32;
+  KvStorageOptions storage;     // the KIVI residual window
+};
+
 // What to measure. For each depth d (in the order given):
 //   - the cache is filled with d random tokens (untimed, once per depth);
 //   - "pp": a prefill of prompt_tokens tokens on top of the d cached tokens, timed, `reps` times;
@@ -23,14 +30,15 @@ struct LlamaWeights;
 // Every repetition starts from the same filled state: the sequence's blocks are reserved for
 // d + max(p, n) tokens up front, and a repetition only writes slots at positions >= d, which the
 // next repetition overwrites (see speed_bench.cc). Tokens are random ids, fixed by `seed`.
+// Several codecs are measured side by side, each in its own cache filled the same way, with their
+// repetitions interleaved (rep 1 of every codec, then rep 2, ...), so that a machine whose speed
+// drifts during the run shifts every codec alike and their ratios stay comparable.
 struct SpeedBenchOptions {
   int prompt_tokens = 512;      // -p; 0 skips the pp rows
   int gen_tokens = 128;         // -n; 0 skips the tg rows
   std::vector<int> depths = {0};
   int reps = 3;
-  KvType k_type = KvType::kF32;
-  KvType v_type = KvType::kF32;
-  KvStorageOptions storage;     // the KIVI residual window
+  std::vector<SpeedBenchCodec> codecs = {SpeedBenchCodec{}};
   int block_size = 16;
   int prefill_chunk = 512;      // tokens per forward for the depth fill and for pp (llama-bench's ubatch)
   bool warmup = true;           // one untimed run of each test before its repetitions, as llama-bench does
@@ -44,6 +52,7 @@ struct SpeedBenchOptions {
 
   static constexpr int kMaxReps = 1000;
   static constexpr int kMaxDepths = 64;
+  static constexpr int kMaxCodecs = 16;
 };
 
 // The two tests llama-bench runs: prompt processing (pp) and token generation (tg).
@@ -62,6 +71,8 @@ struct SpeedBenchRow {
   std::vector<double> samples_s;    // [reps] seconds of each repetition
   double mean_tps = 0;
   double stddev_tps = 0;        // sample standard deviation (n - 1); 0 for one repetition
+  double median_tps = 0;        // robust to the odd disturbed repetition on a shared machine
+  uint64_t kv_bytes_per_cached_token = 0;  // KvStorage::bytes_per_token() of this row's codec
   // Decode traffic, tg rows only (0 for pp rows):
   double weight_bytes_per_token = 0;  // weight bytes one decode step reads
   double kv_tokens_read = 0;          // mean tokens attention reads per step: depth + (n + 1) / 2
@@ -82,13 +93,12 @@ struct SpeedBenchResult {
   int block_size = 0;
   uint64_t seed = 0;
   uint64_t weight_bytes_per_token = 0;  // decode_weight_read_bytes(weights)
-  uint64_t kv_bytes_per_cached_token = 0;  // KvStorage::bytes_per_token()
   int blocks_in_use_at_end = 0; // blocks the pool still held when the run ended: 0 unless a leak
   std::vector<SpeedBenchRow> rows;
 };
 
 // Checks the options against the model: p, n, depths >= 0 and not all work empty; depth + p + n
-// within the model's context; reps in [1, kMaxReps]; block size and chunk sane.
+// within the model's context; reps in [1, kMaxReps]; 1 to kMaxCodecs codecs; block size and chunk sane.
 Status validate_speed_bench_options(const SpeedBenchOptions& options, const ModelConfig& config);
 
 // Weight bytes one decode step reads: every matrix the forward multiplies (q, k, v, o, gate, up,

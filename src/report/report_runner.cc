@@ -389,9 +389,7 @@ Status run_speed(LlamaModel& model, ThreadPool& pool, const ReportConfig& config
   for (const ReportOption& option : config.options) {
     KVLM_ASSIGN_OR_RETURN(OptionTypes types, option_types(option));
     say(progress, fmt::format("speed: {}", option.label));
-    options.k_type = types.k;
-    options.v_type = types.v;
-    options.storage = types.storage;
+    options.codecs = {SpeedBenchCodec{types.k, types.v, types.storage}};
     KVLM_ASSIGN_OR_RETURN(SpeedBenchResult result, run_speed_bench(model, pool, options));
     SpeedRun run;
     run.option = option;

@@ -25,8 +25,6 @@ TEST(CliBench, JsonRowsOnStories) {
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["threads"].get<int>(), 1);
   EXPECT_EQ(j["blocks_in_use_at_end"].get<int>(), 0);
-  // stories260K: 5 layers x 4 KV heads x 8 dims, K f32 + V f16 = 5 * 32 * (4 + 2) bytes per token.
-  EXPECT_EQ(j["kv_bytes_per_cached_token"].get<int>(), 5 * 32 * 6);
   const uint64_t weights = j["weight_bytes_per_token"].get<uint64_t>();
   EXPECT_GT(weights, 0u);
   EXPECT_LT(weights, j["model_bytes"].get<uint64_t>() + 1);
@@ -40,11 +38,15 @@ TEST(CliBench, JsonRowsOnStories) {
     EXPECT_EQ(row["depth"].get<int>(), i < 2 ? 0 : 64);
     EXPECT_EQ(row["type_k"].get<std::string>(), "f32");
     EXPECT_EQ(row["type_v"].get<std::string>(), "f16");
+    // stories260K: 5 layers x 4 KV heads x 8 dims, K f32 + V f16 = 5 * 32 * (4 + 2) bytes per token.
+    EXPECT_EQ(row["kv_bytes_per_cached_token"].get<int>(), 5 * 32 * 6);
     ASSERT_EQ(row["samples_tps"].size(), 2u);
     for (const auto& s : row["samples_tps"]) EXPECT_GT(s.get<double>(), 0.0);
     const double mean = row["mean_tps"].get<double>();
     EXPECT_TRUE(std::isfinite(mean) && mean > 0);
     EXPECT_GE(row["stddev_tps"].get<double>(), 0.0);
+    const double a = row["samples_tps"][0].get<double>(), b = row["samples_tps"][1].get<double>();
+    EXPECT_DOUBLE_EQ(row["median_tps"].get<double>(), (a + b) / 2);
     if (i % 2 == 1) {
       EXPECT_EQ(row["kind"].get<std::string>(), "tg");
       EXPECT_EQ(row["gen_tokens"].get<int>(), 8);
@@ -70,6 +72,36 @@ TEST(CliBench, TableAndMachineLine) {
   EXPECT_NE(r.out.find("threads: 1"), std::string::npos) << r.out;
 }
 
+// A list of codecs: each gets its rows at every depth, side by side, with its own bytes per token.
+TEST(CliBench, SeveralCodecsSideBySide) {
+  KVLM_REQUIRE_SHARED(model, "stories260K.gguf");
+  const auto r = run_command(kvlm_binary() + " bench -m " + model.string() +
+                             " -p 0 -n 4 -d 0,40 -r 3 -t 1 --kv-type f16,int8,int4 --fill random-kv --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["blocks_in_use_at_end"].get<int>(), 0);
+  const auto& rows = j["rows"];
+  ASSERT_EQ(rows.size(), 6u);
+  const char* types[] = {"f16", "int8", "int4"};
+  // Bytes per token from the codecs' layouts: f16 2 per value; int8 1 + an f16 scale per
+  // token and head; int4 one byte per 2 values + an f16 (scale, min) per group of 8.
+  const int bytes[] = {5 * 32 * 2 * 2, 5 * 4 * (8 + 2) * 2, 5 * 4 * (4 + 4) * 2};
+  for (size_t i = 0; i < rows.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(rows[i]["depth"].get<int>(), i < 3 ? 0 : 40);
+    EXPECT_EQ(rows[i]["type_k"].get<std::string>(), types[i % 3]);
+    EXPECT_EQ(rows[i]["type_v"].get<std::string>(), types[i % 3]);
+    EXPECT_EQ(rows[i]["kv_bytes_per_cached_token"].get<int>(), bytes[i % 3]);
+    EXPECT_EQ(rows[i]["samples_tps"].size(), 3u);
+  }
+  const auto table = run_command(kvlm_binary() + " bench -m " + model.string() +
+                                 " -p 0 -n 2 -d 0 -r 1 -t 1 --kv-type f16,kivi4 --kv-type-v f32");
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("| f16    | f32    |"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("| kivi4  | f32    |"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("repetitions interleaved across the 2 codecs"), std::string::npos) << table.out;
+}
+
 TEST(CliBench, BadFlagsGiveOneLineErrors) {
   KVLM_REQUIRE_SHARED(model, "stories260K.gguf");
   const std::string base = kvlm_binary() + " bench -m " + model.string();
@@ -79,7 +111,8 @@ TEST(CliBench, BadFlagsGiveOneLineErrors) {
   };
   for (const Case& c : {Case{"-d 0,-5", "-d -5 must be >= 0"}, Case{"-r 0", "--reps 0"},
                         Case{"-p 512 -n 128 -d 4096", "exceeds the model's context of 2048"},
-                        Case{"--kv-type q9", "--kv-type 'q9'"}}) {
+                        Case{"--kv-type q9", "--kv-type 'q9'"}, Case{"--kv-type f16,,int8", "--kv-type ''"},
+                        Case{"--kv-type f16,q9", "--kv-type 'q9'"}}) {
     SCOPED_TRACE(c.flags);
     const auto r = run_command(base + " " + c.flags);
     EXPECT_EQ(r.exit_code, 1);

@@ -140,12 +140,11 @@ TEST(SpeedBenchBytes, DecodeTrafficMatchesHandCount) {
     options.gen_tokens = 4;
     options.depths = {16};
     options.reps = 1;
-    options.k_type = KvType::kF32;
-    options.v_type = KvType::kF16;
+    options.codecs = {SpeedBenchCodec{KvType::kF32, KvType::kF16, {}}};
     const SpeedBenchResult r = run_speed_bench(*model, pool, options).value();
     EXPECT_EQ(r.weight_bytes_per_token, expected);
     // K f32 + V f16 per token: 2 layers x 2 KV heads x 8 dims x (4 + 2) bytes.
-    EXPECT_EQ(r.kv_bytes_per_cached_token, 2u * 2 * 8 * (4 + 2));
+    for (const SpeedBenchRow& row : r.rows) EXPECT_EQ(row.kv_bytes_per_cached_token, 2u * 2 * 8 * (4 + 2));
     ASSERT_EQ(r.rows.size(), 2u);
     const SpeedBenchRow& tg = r.rows[1];
     ASSERT_TRUE(tg.is_generation());
@@ -158,6 +157,42 @@ TEST(SpeedBenchBytes, DecodeTrafficMatchesHandCount) {
     EXPECT_EQ(r.rows[0].bytes_per_token, 0.0);
     EXPECT_EQ(r.rows[0].gb_per_s, 0.0);
   }
+}
+
+// Several codecs in one run: rows per depth and test in codec order, each codec's cache its own,
+// every repetition recorded, nothing leaked, and bad codec lists refused.
+TEST(SpeedBenchRun, SeveralCodecsGetTheirOwnRowsAndCaches) {
+  const std::string path = synth_tiny("tiny-gqa", GgmlType::kF32);
+  auto model = LlamaModel::load(path).value();
+  ThreadPool pool(1);
+  SpeedBenchOptions options;
+  options.prompt_tokens = 4;
+  options.gen_tokens = 3;
+  options.depths = {0, 20};
+  options.reps = 2;
+  options.fill = SpeedBenchOptions::DepthFill::kRandomKv;
+  options.codecs = {SpeedBenchCodec{KvType::kF16, KvType::kF16, {}}, SpeedBenchCodec{KvType::kInt8, KvType::kInt4, {}},
+                    SpeedBenchCodec{KvType::kKivi4, KvType::kKivi4, {.kivi_residual_tokens = 0}}};
+  const SpeedBenchResult r = run_speed_bench(*model, pool, options).value();
+  EXPECT_EQ(r.blocks_in_use_at_end, 0);
+  ASSERT_EQ(r.rows.size(), 12u);  // 2 depths x (pp, tg) x 3 codecs
+  for (size_t i = 0; i < r.rows.size(); ++i) {
+    const SpeedBenchRow& row = r.rows[i];
+    const SpeedBenchCodec& codec = options.codecs[i % 3];
+    SCOPED_TRACE(row.test);
+    EXPECT_EQ(row.k_type, codec.k_type);
+    EXPECT_EQ(row.v_type, codec.v_type);
+    EXPECT_EQ(row.depth, i < 6 ? 0 : 20);
+    EXPECT_EQ(row.is_generation(), (i / 3) % 2 == 1);
+    ASSERT_EQ(row.samples_tps.size(), 2u);
+    EXPECT_DOUBLE_EQ(row.median_tps, (row.samples_tps[0] + row.samples_tps[1]) / 2);
+    EXPECT_GT(row.kv_bytes_per_cached_token, 0u);
+  }
+  // Fewer bytes per token for the smaller codecs.
+  EXPECT_LT(r.rows[1].kv_bytes_per_cached_token, r.rows[0].kv_bytes_per_cached_token);
+  EXPECT_LT(r.rows[2].kv_bytes_per_cached_token, r.rows[1].kv_bytes_per_cached_token);
+  options.codecs.clear();
+  EXPECT_NE(run_speed_bench(*model, pool, options).status().message().find("KV codecs"), std::string::npos);
 }
 
 TEST(SpeedBenchRun, TinyEndToEndGivesFiniteNumbersAndConsistentTable) {
@@ -258,8 +293,7 @@ TEST(SpeedBenchRun, RandomKvFillWorksForEveryCodec) {
     options.depths = {0, 37};
     options.reps = 1;
     options.warmup = false;
-    options.k_type = options.v_type = type;
-    options.storage.kivi_residual_tokens = 16;
+    options.codecs = {SpeedBenchCodec{type, type, {.kivi_residual_tokens = 16}}};
     options.fill = SpeedBenchOptions::DepthFill::kRandomKv;
     const SpeedBenchResult r = run_speed_bench(*model, pool, options).value();
     ASSERT_EQ(r.rows.size(), 4u);
