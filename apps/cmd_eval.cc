@@ -111,6 +111,7 @@ void run_ppl(const PplFlags& f) {
       {"text", f.text},
       {"ctx", f.ctx},
       {"kv_type", f.kv.label()},
+      {"keys_rotated", f.kv.keys_rotated()},
       {"kv_type_k", kv_type_name(k_type)},
       {"kv_type_v", kv_type_name(v_type)},
       {"block_size", f.block_size},
@@ -154,8 +155,9 @@ void run_ppl(const PplFlags& f) {
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
-  std::printf("perplexity: %s, ctx %d, kv %s: %d windows, %lld tokens scored (of %lld) in %.2f s\n",
-              f.text.c_str(), f.ctx, f.kv.label().c_str(), r.plan.num_windows, static_cast<long long>(s.num_scored),
+  std::printf("perplexity: %s, ctx %d, kv %s%s: %d windows, %lld tokens scored (of %lld) in %.2f s\n",
+              f.text.c_str(), f.ctx, f.kv.label().c_str(), f.kv.keys_rotated() ? " (keys rotated)" : "",
+              r.plan.num_windows, static_cast<long long>(s.num_scored),
               static_cast<long long>(r.num_text_tokens), r.seconds);
   std::printf("PPL = %.4f +/- %.4f   mean NLL = %.6f +/- %.6f\n", s.ppl, s.ppl_stderr, s.mean_nll, s.nll_stderr);
   if (evicting) {

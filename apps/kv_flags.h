@@ -20,6 +20,7 @@ struct KvTypeFlags {
   // KIVI keeps the newest tokens in full precision (KIVI's paper uses 128); rounded up to whole blocks.
   int kivi_residual = kDefaultKiviResidual;
   static constexpr int kDefaultKiviResidual = 128;
+  std::string rotate = "auto";  // --kv-rotate: auto (the K codec's default), on, off
 
   // list_allowed: the command takes a comma-separated list of codecs in --kv-type (kvlm bench).
   void add_to(CLI::App* cmd, bool list_allowed = false) {
@@ -32,6 +33,10 @@ struct KvTypeFlags {
     cmd->add_option("--kivi-residual", kivi_residual,
                     "kivi4/kivi2: newest tokens kept in full precision, rounded up to whole blocks")
         ->capture_default_str();
+    cmd->add_option("--kv-rotate", rotate,
+                    "store keys Hadamard-rotated (queries rotated alike, attention unchanged) so that per-token "
+                    "scales do not spend their range on outlier channels: auto (int8 and int4 keys), on, off")
+        ->capture_default_str();
   }
 
   KvType k_type() const { return parse(k.empty() ? both : k, k.empty() ? "--kv-type" : "--kv-type-k"); }
@@ -41,8 +46,19 @@ struct KvTypeFlags {
     if (kivi_residual < 0 || kivi_residual > kMaxResidual) {
       throw CliError(fmt::format("--kivi-residual {} must be in [0, {}]", kivi_residual, kMaxResidual));
     }
-    return KvStorageOptions{.kivi_residual_tokens = kivi_residual};
+    KvStorageOptions options{.kivi_residual_tokens = kivi_residual};
+    if (rotate == "on") {
+      options.rotate_keys = true;
+    } else if (rotate == "off") {
+      options.rotate_keys = false;
+    } else if (rotate != "auto") {
+      throw CliError(fmt::format("--kv-rotate '{}' is not one of: auto, on, off", rotate));
+    }
+    return options;
   }
+
+  // Whether the cache will store keys Hadamard-rotated (--kv-rotate, else the K codec's default).
+  bool keys_rotated() const { return storage_options().rotate_keys.value_or(rotates_keys_by_default(k_type())); }
 
   // "f16" when K and V agree, else "int8/int4" (K/V), for tables and reports.
   std::string label() const {

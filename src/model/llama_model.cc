@@ -10,6 +10,7 @@
 #include "kv/kv_storage.h"
 #include "model/tokenizer_gguf.h"
 #include "ops/elementwise.h"
+#include "ops/hadamard.h"
 
 namespace kvlm {
 namespace {
@@ -105,15 +106,25 @@ void LlamaModel::forward(const SequenceStep& step, KvStorage& cache, ThreadPool&
     add_bias(v_.data(), w.bv, n);
 
     // Keys are stored already rotated with their position, so cached keys never need work again.
+    // A cache that stores keys Hadamard-rotated (KvStorage::keys_rotated) gets every head of the
+    // keys and queries rotated after RoPE: q·k is unchanged, the key outliers are spread.
     if (sink_queries) std::copy(q_.begin(), q_.end(), q_sink_.begin());
+    const bool hadamard = cache.keys_rotated();
     pool.parallel_for(n, 8, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
         const Position pos = static_cast<Position>(first_position + t);
-        rope_apply(c.rope, &q_[static_cast<size_t>(t * c.q_dim())], c.num_heads, pos);
-        rope_apply(c.rope, &k_[static_cast<size_t>(t * c.kv_dim())], c.num_kv_heads, pos);
+        float* q = &q_[static_cast<size_t>(t * c.q_dim())];
+        float* k = &k_[static_cast<size_t>(t * c.kv_dim())];
+        rope_apply(c.rope, q, c.num_heads, pos);
+        rope_apply(c.rope, k, c.num_kv_heads, pos);
+        if (hadamard) {
+          hadamard_rotate_heads(q, c.num_heads, c.head_dim);
+          hadamard_rotate_heads(k, c.num_kv_heads, c.head_dim);
+        }
         if (sink_queries) {
-          rope_apply(c.rope, &q_sink_[static_cast<size_t>(t * c.q_dim())], c.num_heads,
-                     static_cast<Position>(step.first_sink_query_position + t));
+          float* q_sink = &q_sink_[static_cast<size_t>(t * c.q_dim())];
+          rope_apply(c.rope, q_sink, c.num_heads, static_cast<Position>(step.first_sink_query_position + t));
+          if (hadamard) hadamard_rotate_heads(q_sink, c.num_heads, c.head_dim);
         }
       }
     });

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "kv/kv_storage.h"
 #include "kv/kv_type.h"
 
 namespace kvlm {
@@ -41,6 +42,13 @@ std::vector<ReportOption> default_report_options() {
       options.push_back(*make_option(name, name, 0));
     } else {
       options.push_back(*make_option(name, name));
+    }
+    if (rotates_keys_by_default(type)) {
+      // The same codec with its keys stored as they come: what the Hadamard rotation buys.
+      ReportOption unrotated = *make_option(name, name);
+      unrotated.unrotated = true;
+      unrotated.label += " unrotated";
+      options.push_back(unrotated);
     }
   }
   if (auto mixed = make_option("int8", "int4")) options.push_back(*mixed);

@@ -16,6 +16,7 @@ struct ReportOption {
   std::string k_type;  // codec names as `--kv-type-k` takes them
   std::string v_type;
   int kivi_residual = 0;  // KIVI codecs: newest tokens kept in full precision
+  bool unrotated = false;  // keys stored without the Hadamard rotation their codec defaults to (`--kv-rotate off`)
   std::string policy = "none";  // eviction policy as `--policy` takes it
   int budget = 0;               // tokens attention sees (`--budget`); 0 with "none"
   int sinks = 0;                // streaming: first tokens always kept

@@ -8,6 +8,7 @@ using nlohmann::json;
 json option_fields(const ReportOption& o) {
   json j = {{"option", o.label},   {"kv_type_k", o.k_type}, {"kv_type_v", o.v_type},
             {"kivi_residual", o.kivi_residual}, {"policy", o.policy}, {"budget", o.budget}};
+  if (o.unrotated) j["keys_rotated"] = false;
   if (o.sinks > 0) j["sinks"] = o.sinks;
   if (o.snapkv_window > 0) j["snapkv_window"] = o.snapkv_window;
   return j;

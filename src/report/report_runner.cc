@@ -35,7 +35,9 @@ Result<OptionTypes> option_types(const ReportOption& o) {
   const auto k = parse_kv_type(o.k_type);
   const auto v = parse_kv_type(o.v_type);
   if (!k || !v) return Status::errorf("report option '{}' names a codec this build lacks", o.label);
-  return OptionTypes{*k, *v, KvStorageOptions{.kivi_residual_tokens = o.kivi_residual}};
+  KvStorageOptions storage{.kivi_residual_tokens = o.kivi_residual};
+  if (o.unrotated) storage.rotate_keys = false;
+  return OptionTypes{*k, *v, storage};
 }
 
 // The option's eviction policy as the evaluations take it (kNone for the full cache).

@@ -181,5 +181,32 @@ TEST(CliEval, KiviStagingStaysWithinThePlannersBound) {
   EXPECT_NE(bad.err.find("--kivi-residual -5 must be in [0,"), std::string::npos) << bad.err;
 }
 
+// --kv-rotate: int8 keys are stored rotated by default, which `eval ppl` says; off and on are
+// honoured; anything else is a one-line error. Rotation costs no bytes.
+TEST(CliEval, KeyRotationIsReportedAndSwitchable) {
+  KVLM_REQUIRE_SHARED(model, "stories260K.gguf");
+  KVLM_REQUIRE_SHARED(text, "tinystories_valid_head.txt");
+  const std::string base =
+      kvlm_binary() + " eval ppl --model " + model.string() + " --text " + text.string() + " --ctx 64 --max-chunks 2 --threads 1";
+  struct Case {
+    std::string flags;
+    bool rotated;
+  };
+  for (const Case& c : {Case{"--kv-type int8", true}, Case{"--kv-type int8 --kv-rotate off", false},
+                        Case{"--kv-type f16", false}, Case{"--kv-type f16 --kv-rotate on", true},
+                        Case{"--kv-type kivi4", false}}) {
+    SCOPED_TRACE(c.flags);
+    const auto text_run = run_command(base + " " + c.flags);
+    ASSERT_EQ(text_run.exit_code, 0) << text_run.err;
+    EXPECT_EQ(text_run.out.find("(keys rotated)") != std::string::npos, c.rotated) << text_run.out;
+    const auto json_run = run_command(base + " --json " + c.flags);
+    ASSERT_EQ(json_run.exit_code, 0) << json_run.err;
+    EXPECT_EQ(nlohmann::json::parse(json_run.out)["keys_rotated"].get<bool>(), c.rotated);
+  }
+  const auto bad = run_command(base + " --kv-type int8 --kv-rotate sometimes");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("--kv-rotate 'sometimes' is not one of: auto, on, off"), std::string::npos) << bad.err;
+}
+
 }  // namespace
 }  // namespace kvlm
