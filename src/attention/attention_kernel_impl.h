@@ -61,7 +61,8 @@ inline float load_half(const uint8_t* p, float (*half)(uint16_t)) {
   return half(h);
 }
 
-// Loaders: Row, row(block, layout, kv_head, slot), prefetch_slots(block, layout,
+// Loaders: Row, row(block, layout, kv_head, slot), rows(block, layout, kv_head, slot_begin,
+// slot_end, out) (the rows of a run of slots), prefetch_slots(block, layout,
 // kv_head, slot_begin, slot_end) and load(row, d) -> V::Reg holding elements
 // [d, d + kWidth) of the row as f32. One per codec layout (kv/kv_block_format.h),
 // generic over the ISA's ops V, which provide the element conversions:
@@ -80,6 +81,11 @@ struct PlainLoader {
     // external inline function is compiled with this file's ISA flags.
     const size_t row = static_cast<size_t>(kv_head) * static_cast<size_t>(layout.block_size) + static_cast<size_t>(slot);
     return reinterpret_cast<const Elem*>(b.data) + row * static_cast<size_t>(layout.head_dim);
+  }
+  // rows(..., s0, s1, out): out[i] = row(..., s0 + i), computed by stepping a pointer.
+  static void rows(const BlockRef& b, const KvLayout& layout, int kv_head, int s0, int s1, Row* out) {
+    Row r = row(b, layout, kv_head, s0);
+    for (int i = 0; i < s1 - s0; ++i, r += layout.head_dim) out[i] = r;
   }
   static void prefetch_slots(const BlockRef& b, const KvLayout& layout, int kv_head, int slot_begin, int slot_end) {
     prefetch_bytes(row(b, layout, kv_head, slot_begin), row(b, layout, kv_head, slot_end));
@@ -119,6 +125,16 @@ struct ScaledLoader {
     float s = load_half(base + Rg::meta_offset(l) + 2 * static_cast<size_t>(slot), &V::half);
     if constexpr (T == KvType::kFp8) s *= 256.0f;
     return {base + static_cast<size_t>(slot) * static_cast<size_t>(l.head_dim), s};
+  }
+  static void rows(const BlockRef& b, const KvLayout& l, int kv_head, int s0, int s1, Row* out) {
+    const uint8_t* base = Rg::base(b, l, kv_head);
+    const uint8_t* codes = base + static_cast<size_t>(s0) * static_cast<size_t>(l.head_dim);
+    const uint8_t* scales = base + Rg::meta_offset(l) + 2 * static_cast<size_t>(s0);
+    for (int i = 0; i < s1 - s0; ++i, codes += l.head_dim, scales += 2) {
+      float sc = load_half(scales, &V::half);
+      if constexpr (T == KvType::kFp8) sc *= 256.0f;
+      out[i] = {codes, sc};
+    }
   }
   static void prefetch_slots(const BlockRef& b, const KvLayout& l, int kv_head, int s0, int s1) {
     const uint8_t* base = Rg::base(b, l, kv_head);
@@ -171,6 +187,19 @@ struct GroupLoader {
     return {base + static_cast<size_t>(slot) * Rg::row_bytes(l),
             base + Rg::meta_offset(l) + static_cast<size_t>(slot) * (D / g) * 4, nullptr, nullptr,
             __builtin_ctz(static_cast<unsigned>(g))};
+  }
+  static void rows(const BlockRef& b, const KvLayout& l, int kv_head, int s0, int s1, Row* out) {
+    const size_t D = static_cast<size_t>(l.head_dim);
+    if (kStaged && b.staged != nullptr) {
+      const size_t stride = static_cast<size_t>(l.num_kv_heads) * D;
+      const float* r = b.staged + static_cast<size_t>(s0) * stride + static_cast<size_t>(kv_head) * D;
+      for (int i = 0; i < s1 - s0; ++i, r += stride) out[i] = {nullptr, nullptr, nullptr, r, 0};
+      return;
+    }
+    Row r = row(b, l, kv_head, s0);
+    const size_t rb = Rg::row_bytes(l);
+    const size_t mb = (D / static_cast<size_t>(kv_format::group_size(l.head_dim))) * 4;
+    for (int i = 0; i < s1 - s0; ++i, r.codes += rb, r.meta += mb) out[i] = r;
   }
   // The (scale, min) pairs of slots [s0, s1) of a block, contiguous there, converted to f32
   // in one vector pass into out ([s1 - s0, head_dim / group, 2]) and pointed to by rows
@@ -250,6 +279,18 @@ struct ChannelLoader {
     const uint8_t* base = Rg::base(b, l, kv_head);
     return {base + static_cast<size_t>(slot) * Rg::row_bytes(l), nullptr, nullptr, l.head_dim};
   }
+  static void rows(const BlockRef& b, const KvLayout& l, int kv_head, int s0, int s1, Row* out) {
+    const size_t D = static_cast<size_t>(l.head_dim);
+    if (b.staged != nullptr) {
+      const size_t stride = static_cast<size_t>(l.num_kv_heads) * D;
+      const float* r = b.staged + static_cast<size_t>(s0) * stride + static_cast<size_t>(kv_head) * D;
+      for (int i = 0; i < s1 - s0; ++i, r += stride) out[i] = {nullptr, nullptr, r, l.head_dim};
+      return;
+    }
+    Row r = row(b, l, kv_head, s0);
+    const size_t rb = Rg::row_bytes(l);
+    for (int i = 0; i < s1 - s0; ++i, r.codes += rb) out[i] = r;
+  }
   // The block's channel scales and mins (f16, shared by all its tokens) converted to f32 once
   // per run of slots into out ([2, head_dim]), which rows [0, s1 - s0) then point to: a key
   // chunk reads them as plain f32 instead of converting 2 × head_dim halves per token.
@@ -272,6 +313,24 @@ struct ChannelLoader {
   static typename V::Reg load(const Row& r, int d) {
     if (r.staged != nullptr) return V::load_f32(r.staged + d);
     return V::fma(load_unsigned<V, kBits>(r.codes, d), V::load_f32(r.scales + d), V::load_f32(r.scales + r.head_dim + d));
+  }
+  // out[j] = load(r, d + j * kWidth) for j < N; 4-bit codes unpacked N chunks at a time.
+  template <int N>
+  static void load_n(const Row& r, int d, typename V::Reg* out) {
+    constexpr int W = V::kWidth;
+    if (r.staged != nullptr) {
+      for (int j = 0; j < N; ++j) out[j] = V::load_f32(r.staged + d + j * W);
+      return;
+    }
+    if constexpr (kBits == 4) {
+      V::template load_u4_n<N>(r.codes, d, out);
+    } else {
+      for (int j = 0; j < N; ++j) out[j] = load_unsigned<V, kBits>(r.codes, d + j * W);
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < N; ++j) {
+      out[j] = V::fma(out[j], V::load_f32(r.scales + d + j * W), V::load_f32(r.scales + r.head_dim + d + j * W));
+    }
   }
 };
 
@@ -356,7 +415,8 @@ struct AttentionKernel {
 
   // s[r, t + j] = q[r] · k[t + j] for NR rows and TB tokens: each K chunk is
   // decoded once for all NR rows, and the NR × TB sums are reduced together.
-  template <int NR, int TB>
+  // DB chunks of each key are decoded at a time (D % (DB × W) == 0).
+  template <int NR, int TB, int DB>
   static void qk_step(const float* q /*[NR, D]*/, const KRow* krows, int t, int D, float* s /*[NR, kTileTokens]*/) {
     Reg acc[NR][TB];
     KVLM_ATTENTION_UNROLL
@@ -364,28 +424,49 @@ struct AttentionKernel {
       KVLM_ATTENTION_UNROLL
       for (int j = 0; j < TB; ++j) acc[r][j] = V::zero();
     }
-    for (int d = 0; d < D; d += W) {
-      Reg k[TB];
+    for (int d = 0; d < D; d += DB * W) {
+      Reg k[TB][DB];
       KVLM_ATTENTION_UNROLL
-      for (int j = 0; j < TB; ++j) k[j] = KL::load(krows[t + j], d);
+      for (int j = 0; j < TB; ++j) load_chunks<KL, DB>(krows[t + j], d, k[j]);
       KVLM_ATTENTION_UNROLL
       for (int r = 0; r < NR; ++r) {
-        const Reg qr = V::load(q + r * D + d);
         KVLM_ATTENTION_UNROLL
-        for (int j = 0; j < TB; ++j) acc[r][j] = V::fma(qr, k[j], acc[r][j]);
+        for (int c = 0; c < DB; ++c) {
+          const Reg qr = V::load(q + r * D + d + c * W);
+          KVLM_ATTENTION_UNROLL
+          for (int j = 0; j < TB; ++j) acc[r][j] = V::fma(qr, k[j][c], acc[r][j]);
+        }
       }
     }
     KVLM_ATTENTION_UNROLL
     for (int r = 0; r < NR; ++r) V::template reduce_add_n<TB>(acc[r], s + r * kTileTokens + t);
   }
 
-  // s[r, t] = q[r] · k[t] for NR rows and n tokens.
+  // out[c] = L::load(row, d + c × W) for c < N, through the loader's load_n when it has one.
+  template <class L, int N>
+  static void load_chunks(const typename L::Row& row, int d, Reg* out) {
+    if constexpr (N > 1 && requires { L::template load_n<N>(row, d, out); }) {
+      L::template load_n<N>(row, d, out);
+    } else {
+      KVLM_ATTENTION_UNROLL
+      for (int c = 0; c < N; ++c) out[c] = L::load(row, d + c * W);
+    }
+  }
+
+  // s[r, t] = q[r] · k[t] for NR rows and n tokens. Keys whose loader unpacks several
+  // chunks at once (KIVI's packed codes) are decoded two chunks at a time when D allows.
   template <int NR>
   static void qk(const float* q /*[NR, D]*/, const KRow* krows, int n, int D, float* s /*[NR, kTileTokens]*/) {
     constexpr int TB = V::template qk_tokens<NR>();
+    constexpr bool kPairs = W > 1 && requires(const KRow& row, Reg* out) { KL::template load_n<2>(row, 0, out); };
     int t = 0;
-    for (; t + TB <= n; t += TB) qk_step<NR, TB>(q, krows, t, D, s);
-    for (; t < n; ++t) qk_step<NR, 1>(q, krows, t, D, s);
+    if (kPairs && D % (2 * W) == 0) {
+      for (; t + TB <= n; t += TB) qk_step<NR, TB, kPairs ? 2 : 1>(q, krows, t, D, s);
+      for (; t < n; ++t) qk_step<NR, 1, kPairs ? 2 : 1>(q, krows, t, D, s);
+      return;
+    }
+    for (; t + TB <= n; t += TB) qk_step<NR, TB, 1>(q, krows, t, D, s);
+    for (; t < n; ++t) qk_step<NR, 1, 1>(q, krows, t, D, s);
   }
 
   // acc[r, d0 : d0 + DB*W] += sum_t p[r, t] v[t, d0 : d0 + DB*W], the NR × DB
@@ -659,10 +740,8 @@ struct AttentionKernel {
       prefetch_tokens(t0 + kPrefetchTiles * kTileTokens, t1 + kPrefetchTiles * kTileTokens);
       visit_runs(t0, t1, [&](int i, const BlockRef& kb, const BlockRef& vb, int s0, int s1) {
         const int first = i;
-        for (int slot = s0; slot < s1; ++slot, ++i) {
-          krows[i] = KL::row(kb, w.layout, task.kv_head, slot);
-          vrows[i] = VL::row(vb, w.layout, task.kv_head, slot);
-        }
+        KL::rows(kb, w.layout, task.kv_head, s0, s1, krows + first);
+        VL::rows(vb, w.layout, task.kv_head, s0, s1, vrows + first);
         if constexpr (requires { KL::convert_meta(kb, w.layout, 0, 0, 0, k_meta, krows); }) {
           KL::convert_meta(kb, w.layout, task.kv_head, s0, s1, k_meta + static_cast<size_t>(first) * 2 * D,
                            krows + first);
