@@ -162,6 +162,21 @@ typename V::Reg load_unsigned(const uint8_t* codes, int d) {
   }
 }
 
+// N consecutive chunks of packed unsigned codes as f32, 4-bit ones unpacked several chunks at
+// a time where the ISA can (V::load_u4_n); and N chunks of f32 (staged rows).
+template <class V, int kBits, int N>
+void load_unsigned_n(const uint8_t* codes, int d, typename V::Reg* out) {
+  if constexpr (kBits == 4) {
+    V::template load_u4_n<N>(codes, d, out);
+  } else {
+    for (int j = 0; j < N; ++j) out[j] = load_unsigned<V, kBits>(codes, d + j * V::kWidth);
+  }
+}
+template <class V, int N>
+void load_f32_n(const float* p, typename V::Reg* out) {
+  for (int j = 0; j < N; ++j) out[j] = V::load_f32(p + j * V::kWidth);
+}
+
 // int4 and KIVI values: packed codes, f16 (scale, min) per group of each token's row.
 // KIVI blocks may still be staged (kStaged); int4 blocks never are.
 // (Converting a row's (scale, min) pairs to f32 once in row() instead of per load
@@ -233,15 +248,8 @@ struct GroupLoader {
   template <int N>
   static void load_n(const Row& r, int d, typename V::Reg* out) {
     constexpr int W = V::kWidth;
-    if (kStaged && r.staged != nullptr) {
-      for (int j = 0; j < N; ++j) out[j] = V::load_f32(r.staged + d + j * W);
-      return;
-    }
-    if constexpr (kBits == 4) {
-      V::template load_u4_n<N>(r.codes, d, out);
-    } else {
-      for (int j = 0; j < N; ++j) out[j] = load_unsigned<V, kBits>(r.codes, d + j * W);
-    }
+    if (kStaged && r.staged != nullptr) return load_f32_n<V, N>(r.staged + d, out);
+    load_unsigned_n<V, kBits, N>(r.codes, d, out);
 #pragma GCC unroll 8
     for (int j = 0; j < N; ++j) {
       const float* m = r.meta_f32 + static_cast<size_t>((d + j * W) >> r.group_shift) * 2;
@@ -318,15 +326,8 @@ struct ChannelLoader {
   template <int N>
   static void load_n(const Row& r, int d, typename V::Reg* out) {
     constexpr int W = V::kWidth;
-    if (r.staged != nullptr) {
-      for (int j = 0; j < N; ++j) out[j] = V::load_f32(r.staged + d + j * W);
-      return;
-    }
-    if constexpr (kBits == 4) {
-      V::template load_u4_n<N>(r.codes, d, out);
-    } else {
-      for (int j = 0; j < N; ++j) out[j] = load_unsigned<V, kBits>(r.codes, d + j * W);
-    }
+    if (r.staged != nullptr) return load_f32_n<V, N>(r.staged + d, out);
+    load_unsigned_n<V, kBits, N>(r.codes, d, out);
 #pragma GCC unroll 8
     for (int j = 0; j < N; ++j) {
       out[j] = V::fma(out[j], V::load_f32(r.scales + d + j * W), V::load_f32(r.scales + r.head_dim + d + j * W));

@@ -60,6 +60,9 @@ void memory_section(std::string& md, const ReportData& d, const std::vector<std:
                     d.model.num_layers);
   md += "KIVI options also hold their newest tokens (the residual window, rounded up to whole blocks, plus the "
         "block being filled) in f32 staging: a fixed cost per sequence, listed separately.\n\n";
+  md += "int8 and int4 keys are stored Hadamard-rotated (queries rotated alike, so attention is unchanged) so that "
+        "their per-token scale is not spent on outlier channels; the `unrotated` rows store the same codec's keys "
+        "as they come (`--kv-rotate off`). Rotation costs no bytes.\n\n";
   md += "| option | K / V codec | bytes/token (planner) | bytes/token (live pool) | vs f16 | f32 staging per sequence |\n"
         "|---|---|---:|---:|---:|---:|\n";
   for (const MemoryRow& r : d.memory) {
