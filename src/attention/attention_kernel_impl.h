@@ -162,6 +162,23 @@ typename V::Reg load_unsigned(const uint8_t* codes, int d) {
   }
 }
 
+// count f16 values at src as f32 into out: whole registers, then one at a time.
+template <class V>
+void convert_halves(const uint16_t* src, int count, float* out) {
+  int i = 0;
+  for (; i + V::kWidth <= count; i += V::kWidth) V::store(out + i, V::load_f16(src + i));
+  for (; i < count; ++i) out[i] = V::half(src[i]);
+}
+
+// A staged (KIVI) block's f32 row of (slot, kv_head), and the distance between consecutive
+// slots' rows: staging is [block_size, num_kv_heads, head_dim].
+inline const float* staged_row(const BlockRef& b, const KvLayout& l, int kv_head, int slot) {
+  return b.staged + (static_cast<size_t>(slot) * l.num_kv_heads + kv_head) * static_cast<size_t>(l.head_dim);
+}
+inline size_t staged_slot_stride(const KvLayout& l) {
+  return static_cast<size_t>(l.num_kv_heads) * static_cast<size_t>(l.head_dim);
+}
+
 // N consecutive chunks of packed unsigned codes as f32, 4-bit ones unpacked several chunks at
 // a time where the ISA can (V::load_u4_n); and N chunks of f32 (staged rows).
 template <class V, int kBits, int N>
@@ -178,9 +195,9 @@ void load_f32_n(const float* p, typename V::Reg* out) {
 }
 
 // int4 and KIVI values: packed codes, f16 (scale, min) per group of each token's row.
-// KIVI blocks may still be staged (kStaged); int4 blocks never are.
-// (Converting a row's (scale, min) pairs to f32 once in row() instead of per load
-// measured slower: the larger Row costs more than the conversions it saves.)
+// KIVI blocks may still be staged (kStaged); int4 blocks never are. As values, a run's
+// (scale, min) pairs are converted to f32 once per tile (convert_meta); as int4 keys, the
+// integer q·k reads the f16 pairs itself.
 template <class V, KvType T, bool kStaged>
 struct GroupLoader {
   using Rg = Region<T, KvRole::kValue>;
@@ -194,9 +211,7 @@ struct GroupLoader {
   };
   static Row row(const BlockRef& b, const KvLayout& l, int kv_head, int slot) {
     const size_t D = static_cast<size_t>(l.head_dim);
-    if (kStaged && b.staged != nullptr) {
-      return {nullptr, nullptr, nullptr, b.staged + (static_cast<size_t>(slot) * l.num_kv_heads + kv_head) * D, 0};
-    }
+    if (kStaged && b.staged != nullptr) return {nullptr, nullptr, nullptr, staged_row(b, l, kv_head, slot), 0};
     const int g = kv_format::group_size(l.head_dim);
     const uint8_t* base = Rg::base(b, l, kv_head);
     return {base + static_cast<size_t>(slot) * Rg::row_bytes(l),
@@ -204,16 +219,14 @@ struct GroupLoader {
             __builtin_ctz(static_cast<unsigned>(g))};
   }
   static void rows(const BlockRef& b, const KvLayout& l, int kv_head, int s0, int s1, Row* out) {
-    const size_t D = static_cast<size_t>(l.head_dim);
     if (kStaged && b.staged != nullptr) {
-      const size_t stride = static_cast<size_t>(l.num_kv_heads) * D;
-      const float* r = b.staged + static_cast<size_t>(s0) * stride + static_cast<size_t>(kv_head) * D;
-      for (int i = 0; i < s1 - s0; ++i, r += stride) out[i] = {nullptr, nullptr, nullptr, r, 0};
+      const float* r = staged_row(b, l, kv_head, s0);
+      for (int i = 0; i < s1 - s0; ++i, r += staged_slot_stride(l)) out[i] = {nullptr, nullptr, nullptr, r, 0};
       return;
     }
     Row r = row(b, l, kv_head, s0);
     const size_t rb = Rg::row_bytes(l);
-    const size_t mb = (D / static_cast<size_t>(kv_format::group_size(l.head_dim))) * 4;
+    const size_t mb = static_cast<size_t>(l.head_dim / kv_format::group_size(l.head_dim)) * 4;
     for (int i = 0; i < s1 - s0; ++i, r.codes += rb, r.meta += mb) out[i] = r;
   }
   // The (scale, min) pairs of slots [s0, s1) of a block, contiguous there, converted to f32
@@ -223,11 +236,7 @@ struct GroupLoader {
   static void convert_meta(const BlockRef& b, const KvLayout& l, int kv_head, int s0, int s1, float* out, Row* rows) {
     if (kStaged && b.staged != nullptr) return;
     const int pair_floats = 2 * (l.head_dim / kv_format::group_size(l.head_dim));
-    const uint16_t* src = reinterpret_cast<const uint16_t*>(rows[0].meta);
-    const int count = (s1 - s0) * pair_floats;
-    int i = 0;
-    for (; i + V::kWidth <= count; i += V::kWidth) V::store(out + i, V::load_f16(src + i));
-    for (; i < count; ++i) out[i] = V::half(src[i]);
+    convert_halves<V>(reinterpret_cast<const uint16_t*>(rows[0].meta), (s1 - s0) * pair_floats, out);
     for (int k = 0; k < s1 - s0; ++k) rows[k].meta_f32 = out + k * pair_floats;
   }
   static void prefetch_slots(const BlockRef& b, const KvLayout& l, int kv_head, int s0, int s1) {
@@ -258,16 +267,6 @@ struct GroupLoader {
   }
 };
 
-// out[j] = VL::load(row, d + j * kWidth) for j < N, through the loader's load_n when it has one.
-template <class V, class VL, int N>
-void load_value_chunks(const typename VL::Row& row, int d, typename V::Reg* out) {
-  if constexpr (requires { VL::template load_n<N>(row, d, out); }) {
-    VL::template load_n<N>(row, d, out);
-  } else {
-    for (int j = 0; j < N; ++j) out[j] = VL::load(row, d + j * V::kWidth);
-  }
-}
-
 // KIVI keys: packed codes, f16 scale and min per channel over the block's tokens.
 template <class V, KvType T>
 struct ChannelLoader {
@@ -280,19 +279,14 @@ struct ChannelLoader {
     int head_dim;
   };
   static Row row(const BlockRef& b, const KvLayout& l, int kv_head, int slot) {
-    const size_t D = static_cast<size_t>(l.head_dim);
-    if (b.staged != nullptr) {
-      return {nullptr, nullptr, b.staged + (static_cast<size_t>(slot) * l.num_kv_heads + kv_head) * D, l.head_dim};
-    }
+    if (b.staged != nullptr) return {nullptr, nullptr, staged_row(b, l, kv_head, slot), l.head_dim};
     const uint8_t* base = Rg::base(b, l, kv_head);
     return {base + static_cast<size_t>(slot) * Rg::row_bytes(l), nullptr, nullptr, l.head_dim};
   }
   static void rows(const BlockRef& b, const KvLayout& l, int kv_head, int s0, int s1, Row* out) {
-    const size_t D = static_cast<size_t>(l.head_dim);
     if (b.staged != nullptr) {
-      const size_t stride = static_cast<size_t>(l.num_kv_heads) * D;
-      const float* r = b.staged + static_cast<size_t>(s0) * stride + static_cast<size_t>(kv_head) * D;
-      for (int i = 0; i < s1 - s0; ++i, r += stride) out[i] = {nullptr, nullptr, r, l.head_dim};
+      const float* r = staged_row(b, l, kv_head, s0);
+      for (int i = 0; i < s1 - s0; ++i, r += staged_slot_stride(l)) out[i] = {nullptr, nullptr, r, l.head_dim};
       return;
     }
     Row r = row(b, l, kv_head, s0);
@@ -304,11 +298,8 @@ struct ChannelLoader {
   // chunk reads them as plain f32 instead of converting 2 × head_dim halves per token.
   static void convert_meta(const BlockRef& b, const KvLayout& l, int kv_head, int s0, int s1, float* out, Row* rows) {
     if (b.staged != nullptr) return;
-    const uint16_t* src = reinterpret_cast<const uint16_t*>(Rg::base(b, l, kv_head) + Rg::meta_offset(l));
-    const int count = 2 * l.head_dim;
-    int i = 0;
-    for (; i + V::kWidth <= count; i += V::kWidth) V::store(out + i, V::load_f16(src + i));
-    for (; i < count; ++i) out[i] = V::half(src[i]);
+    convert_halves<V>(reinterpret_cast<const uint16_t*>(Rg::base(b, l, kv_head) + Rg::meta_offset(l)), 2 * l.head_dim,
+                      out);
     for (int k = 0; k < s1 - s0; ++k) rows[k].scales = out;
   }
   static void prefetch_slots(const BlockRef& b, const KvLayout& l, int kv_head, int s0, int s1) {
@@ -337,7 +328,7 @@ struct ChannelLoader {
 
 // Integer q·k over int8 and int4 keys (query_rounding.h): the scalar forms, which the
 // portable kernels use and the SIMD ones fall back to for shapes their registers do not fit.
-// Both produce the integer sums only; int_qk_epilogue turns them into scores.
+// Both produce the sums in units of the row's step; AttentionKernel::int_qk turns them into scores.
 
 // s[r, t] = sum_d q[r, d] c_t[d] over each token's int8 codes (exact integers, as f32).
 template <int NR, class Row>
@@ -459,12 +450,13 @@ struct AttentionKernel {
   template <int NR>
   static void qk(const float* q /*[NR, D]*/, const KRow* krows, int n, int D, float* s /*[NR, kTileTokens]*/) {
     constexpr int TB = V::template qk_tokens<NR>();
-    constexpr bool kPairs = W > 1 && requires(const KRow& row, Reg* out) { KL::template load_n<2>(row, 0, out); };
     int t = 0;
-    if (kPairs && D % (2 * W) == 0) {
-      for (; t + TB <= n; t += TB) qk_step<NR, TB, kPairs ? 2 : 1>(q, krows, t, D, s);
-      for (; t < n; ++t) qk_step<NR, 1, kPairs ? 2 : 1>(q, krows, t, D, s);
-      return;
+    if constexpr (W > 1 && requires(const KRow& row, Reg* out) { KL::template load_n<2>(row, 0, out); }) {
+      if (D % (2 * W) == 0) {
+        for (; t + TB <= n; t += TB) qk_step<NR, TB, 2>(q, krows, t, D, s);
+        for (; t < n; ++t) qk_step<NR, 1, 2>(q, krows, t, D, s);
+        return;
+      }
     }
     for (; t + TB <= n; t += TB) qk_step<NR, TB, 1>(q, krows, t, D, s);
     for (; t < n; ++t) qk_step<NR, 1, 1>(q, krows, t, D, s);
@@ -486,7 +478,7 @@ struct AttentionKernel {
       KVLM_ATTENTION_UNROLL
       for (int r = 0; r < NR; ++r) pr[r] = V::set1(p[r * kTileTokens + t]);
       Reg v[DB];
-      load_value_chunks<V, VL, DB>(vrows[t], d0, v);
+      load_chunks<VL, DB>(vrows[t], d0, v);
       KVLM_ATTENTION_UNROLL
       for (int j = 0; j < DB; ++j) {
         KVLM_ATTENTION_UNROLL
@@ -553,13 +545,15 @@ struct AttentionKernel {
     iq.group = kv_format::group_size(D);
     const int num_groups = D / iq.group;
     iq.pp = static_cast<size_t>(2 * num_groups < 16 ? 16 : 2 * num_groups);
-    int32_t* lane_pair = reinterpret_cast<int32_t*>(qsum_pairs + static_cast<size_t>(num_rows) * iq.pp);
-    for (size_t i = 0; i < iq.qp / 4; ++i) {
-      const int d = static_cast<int>(4 * i) < D ? static_cast<int>(4 * i) : D - 1;
-      lane_pair[i] = 2 * (d / iq.group);
+    if constexpr (kIntGroupKeys) {
+      int32_t* lane_pair = reinterpret_cast<int32_t*>(qsum_pairs + static_cast<size_t>(num_rows) * iq.pp);
+      for (size_t i = 0; i < iq.qp / 4; ++i) {
+        const int d = static_cast<int>(4 * i) < D ? static_cast<int>(4 * i) : D - 1;
+        lane_pair[i] = 2 * (d / iq.group);
+      }
+      iq.lane_pair = lane_pair;
+      iq.simd = V::int4_fits(D, iq.group);
     }
-    iq.lane_pair = lane_pair;
-    if constexpr (kIntGroupKeys) iq.simd = V::int4_fits(D, iq.group);
     int16_t* natural = reinterpret_cast<int16_t*>(natural_scratch);
     for (int r = 0; r < num_rows; ++r) {
       const int qi = task.query_begin + r / G;
@@ -743,7 +737,8 @@ struct AttentionKernel {
         const int first = i;
         KL::rows(kb, w.layout, task.kv_head, s0, s1, krows + first);
         VL::rows(vb, w.layout, task.kv_head, s0, s1, vrows + first);
-        if constexpr (requires { KL::convert_meta(kb, w.layout, 0, 0, 0, k_meta, krows); }) {
+        // Integer keys read their f16 metadata themselves (int_qk): nothing to convert for them.
+        if constexpr (!kIntKeys && requires { KL::convert_meta(kb, w.layout, 0, 0, 0, k_meta, krows); }) {
           KL::convert_meta(kb, w.layout, task.kv_head, s0, s1, k_meta + static_cast<size_t>(first) * 2 * D,
                            krows + first);
         }

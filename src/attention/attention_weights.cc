@@ -162,9 +162,8 @@ void accumulate_attention_weights(const PagedAttentionArgs& args, std::span<floa
       out.resize(static_cast<size_t>(G) * D);
       rounded_codes.resize(static_cast<size_t>(D));
       for (int g = 0; g < G; ++g) {
-        const float step =
-            query_rounding::round_query_row(rows + static_cast<size_t>(g) * D, D, args.scale, rounded_codes.data());
-        for (int d = 0; d < D; ++d) out[static_cast<size_t>(g) * D + d] = static_cast<float>(rounded_codes[d]) * step;
+        query_rounding::rounded_query_values(rows + static_cast<size_t>(g) * D, D, args.scale, rounded_codes.data(),
+                                             out.data() + static_cast<size_t>(g) * D);
       }
       return out.data();
     };

@@ -51,4 +51,13 @@ static inline float round_query_row(const float* q, int n, float scale, int16_t*
   return max_abs / static_cast<float>(kQueryIntMax);
 }
 
+// The values a rounded row stands for, scale included: out[d] = codes[d] × step (codes gets
+// round_query_row's integers). What the kernels' integer q·k equals, for the reference and the
+// weights pass to score with.
+template <class T>
+static inline void rounded_query_values(const float* q, int n, float scale, int16_t* codes, T* out) {
+  const T step = static_cast<T>(round_query_row(q, n, scale, codes));
+  for (int d = 0; d < n; ++d) out[d] = static_cast<T>(codes[d]) * step;
+}
+
 }  // namespace kvlm::query_rounding

@@ -33,8 +33,7 @@ std::vector<float> reference_attention(const ReferenceAttentionArgs& a) {
       for (size_t d = 0; d < D; ++d) out[d] = static_cast<double>(q[d]) * static_cast<double>(a.scale);
       return;
     }
-    const double step = query_rounding::round_query_row(q, a.head_dim, a.scale, rounded.data());
-    for (size_t d = 0; d < D; ++d) out[d] = static_cast<double>(rounded[d]) * step;
+    query_rounding::rounded_query_values(q, a.head_dim, a.scale, rounded.data(), out.data());
   };
   for (int i = 0; i < a.num_queries; ++i) {
     const int pos = first_query_pos + i;
