@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -60,20 +61,44 @@ nlohmann::json row_json(const SpeedBenchRow& row) {
 // --kv-type takes a comma-separated list here ("f16,int8,int4"): one codec per item, each with
 // --kv-type-k / --kv-type-v overriding its K or V when given.
 std::vector<SpeedBenchCodec> codecs_of(const KvTypeFlags& kv) {
-  std::vector<SpeedBenchCodec> codecs;
-  const KvStorageOptions storage = kv.storage_options();
+  std::vector<std::pair<KvType, KvType>> pairs;
   size_t begin = 0;
   while (begin <= kv.both.size()) {
     const size_t comma = std::min(kv.both.find(',', begin), kv.both.size());
     KvTypeFlags one = kv;
     one.both = kv.both.substr(begin, comma - begin);
-    codecs.push_back(SpeedBenchCodec{one.k_type(), one.v_type(), storage});
+    pairs.emplace_back(one.k_type(), one.v_type());
     begin = comma + 1;
   }
+  const KvStorageOptions storage = kv.storage_options_for(pairs);
+  std::vector<SpeedBenchCodec> codecs;
+  for (const auto& [k_type, v_type] : pairs) codecs.push_back(SpeedBenchCodec{k_type, v_type, storage});
   return codecs;
 }
 
-void run_bench(const BenchFlags& f) {
+// Which flags the user gave, for the ones that only some requests read.
+struct BenchFlagsGiven {
+  bool fill = false;
+  bool prefill_chunk = false;
+};
+
+// A flag that would do nothing in this request is an error naming both flags.
+void check_flags_used(const BenchFlags& f, const BenchFlagsGiven& given) {
+  const bool any_depth = std::any_of(f.depths.begin(), f.depths.end(), [](int d) { return d > 0; });
+  if (given.fill && !any_depth) {
+    throw CliError("--fill does nothing with --n-depth 0: it says how a cache depth is filled; give -d N (N > 0) or "
+                   "drop --fill");
+  }
+  const bool model_fills = any_depth && f.fill == "model";
+  if (given.prefill_chunk && f.prompt_tokens == 0 && !model_fills) {
+    throw CliError(fmt::format("--prefill-chunk does nothing with --n-prompt 0 and {}: nothing is prefilled; "
+                               "drop --prefill-chunk, or give -p N or a depth filled by the model (-d N --fill model)",
+                               any_depth ? "--fill random-kv" : "no depth"));
+  }
+}
+
+void run_bench(const BenchFlags& f, const BenchFlagsGiven& given) {
+  check_flags_used(f, given);
   SpeedBenchOptions options;
   options.prompt_tokens = f.prompt_tokens;
   options.gen_tokens = f.gen_tokens;
@@ -160,16 +185,20 @@ CLI::App* add_bench_command(CLI::App& app) {
   cmd->add_option("--threads,-t", flags->threads, "threads (default: all cores)");
   cmd->add_option("--reps,-r", flags->reps, "repetitions per test")->capture_default_str();
   cmd->add_option("--block-size", flags->block_size, "tokens per KV block")->capture_default_str();
-  cmd->add_option("--prefill-chunk", flags->prefill_chunk, "tokens per forward in prefill (like llama-bench -ub)")
-      ->capture_default_str();
+  const CLI::Option* prefill_chunk =
+      cmd->add_option("--prefill-chunk", flags->prefill_chunk, "tokens per forward in prefill (like llama-bench -ub)")
+          ->capture_default_str();
   cmd->add_option("--seed", flags->seed, "seed of the random token ids")->capture_default_str();
   cmd->add_flag("--no-warmup", flags->no_warmup, "skip the untimed warm-up run of each test");
-  cmd->add_option("--fill", flags->fill,
-                  "how the depth is filled: model (run the model, like llama-bench) or random-kv (write random "
-                  "K/V directly: same attention cost, no model time)")
-      ->capture_default_str();
+  const CLI::Option* fill =
+      cmd->add_option("--fill", flags->fill,
+                      "how the depth is filled: model (run the model, like llama-bench) or random-kv (write random "
+                      "K/V directly: same attention cost, no model time)")
+          ->capture_default_str();
   cmd->add_flag("--json", flags->json, "print one JSON object with every row and number");
-  cmd->callback([flags] { run_bench(*flags); });
+  cmd->callback([flags, fill, prefill_chunk] {
+    run_bench(*flags, BenchFlagsGiven{.fill = fill->count() > 0, .prefill_chunk = prefill_chunk->count() > 0});
+  });
   return cmd;
 }
 

@@ -40,9 +40,19 @@ struct PplFlags {
   std::string kld;       // compare against this baseline
 };
 
-void run_ppl(const PplFlags& f) {
+void run_ppl(const PplFlags& f, bool prefill_chunk_given) {
   const KvType k_type = f.kv.k_type(), v_type = f.kv.v_type();
   if (!f.kld_base.empty() && !f.kld.empty()) throw CliError("--kld-base and --kld cannot be used together");
+  const KvStorageOptions storage = f.kv.storage_options();
+  const EvictionOptions eviction = f.evict.eviction();
+  const bool evicting = eviction.policy != EvictionPolicy::kNone;
+  if (prefill_chunk_given && evicting) {
+    // Under a policy each window's prompt half is fed whole and the policy picks its steps.
+    throw CliError(fmt::format("--prefill-chunk does nothing with --policy {}: the policy feeds as many tokens as "
+                               "fit --budget at once, then --evict-step at a time; drop --prefill-chunk, or use "
+                               "--policy none",
+                               eviction_policy_name(eviction.policy)));
+  }
   const std::string text = read_text_file(f.text);
   auto model = value_or_throw(LlamaModel::load(f.model));
   const Tokenizer& tok = model->tokenizer();
@@ -52,12 +62,11 @@ void run_ppl(const PplFlags& f) {
   options.ctx = f.ctx;
   options.k_type = k_type;
   options.v_type = v_type;
-  options.storage = f.kv.storage_options();
+  options.storage = storage;
   options.block_size = f.block_size;
   options.max_windows = f.max_chunks;
   options.prefill_chunk = f.prefill_chunk;
-  options.eviction = f.evict.eviction();
-  const bool evicting = options.eviction.policy != EvictionPolicy::kNone;
+  options.eviction = eviction;
 
   // What this run would write as a baseline header: the comparison checks it field by field.
   KldHeader header;
@@ -195,11 +204,13 @@ CLI::App* add_eval_command(CLI::App& app) {
   cmd->add_option("--threads,-t", flags->threads, "threads (default: all cores)");
   cmd->add_option("--max-chunks", flags->max_chunks, "evaluate at most this many windows; 0 = all")
       ->capture_default_str();
-  cmd->add_option("--prefill-chunk", flags->prefill_chunk, "tokens per forward pass")->capture_default_str();
+  const CLI::Option* prefill_chunk =
+      cmd->add_option("--prefill-chunk", flags->prefill_chunk, "tokens per forward pass (--policy none)")
+          ->capture_default_str();
   cmd->add_flag("--json", flags->json, "print one JSON object with all numbers");
   cmd->add_option("--kld-base", flags->kld_base, "save this run's log-probabilities as a KLD baseline");
   cmd->add_option("--kld", flags->kld, "compare against a baseline saved with --kld-base");
-  cmd->callback([flags] { run_ppl(*flags); });
+  cmd->callback([flags, prefill_chunk] { run_ppl(*flags, prefill_chunk->count() > 0); });
   add_eval_stream_command(eval);
   add_eval_recall_command(eval);
   return eval;

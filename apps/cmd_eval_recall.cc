@@ -5,6 +5,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -40,12 +41,24 @@ struct RecallFlags {
   bool json = false;
 };
 
-void run_recall(const RecallFlags& f) {
+// Which of the flags that only repeat mode reads the user gave.
+struct RecallFlagsGiven {
+  bool span = false;
+  bool spans = false;
+};
+
+void run_recall(const RecallFlags& f, const RecallFlagsGiven& given) {
   RecallOptions options;
   if (f.mode == "repeat") {
     options.mode = RecallMode::kRepeat;
   } else if (f.mode == "passkey") {
     options.mode = RecallMode::kPasskey;
+    for (const auto& [flag_given, flag] : {std::pair{given.span, "--span"}, std::pair{given.spans, "--spans"}}) {
+      if (!flag_given) continue;
+      throw CliError(fmt::format("{} does nothing with --mode passkey (the detail is a 5-digit pass key, not a "
+                                 "span): drop {}, or use --mode repeat",
+                                 flag, flag));
+    }
   } else {
     throw CliError(fmt::format("--mode '{}' is not one of: repeat, passkey", f.mode));
   }
@@ -57,6 +70,17 @@ void run_recall(const RecallFlags& f) {
   } else {
     throw CliError(fmt::format("--spans '{}' is not one of: random, text", f.span_source));
   }
+  // A window (with or without sinks) never lets a query see a key farther back than the budget,
+  // so prompts past the context are what those policies are for.
+  const EvictionOptions eviction = f.evict.eviction();
+  const bool runs_past_context =
+      eviction.policy == EvictionPolicy::kWindow || eviction.policy == EvictionPolicy::kStreaming;
+  const bool allow_past_context = f.allow_past_context || runs_past_context;
+  options.past_context = allow_past_context ? PastContext::kAllow : PastContext::kRefuse;
+  options.cache.k_type = f.kv.k_type();
+  options.cache.v_type = f.kv.v_type();
+  options.cache.storage = f.kv.storage_options();
+  options.cache.block_size = f.block_size;
   auto model = value_or_throw(LlamaModel::load(f.model));
   if (!f.text.empty()) {
     options.filler = model->tokenizer().encode(read_text_file(f.text), false);
@@ -67,17 +91,6 @@ void run_recall(const RecallFlags& f) {
   options.seed = f.seed;
   options.chunk = f.chunk;
   options.context_limit = f.trained_ctx;
-  // A window (with or without sinks) never lets a query see a key farther back than the budget,
-  // so prompts past the context are what those policies are for.
-  const EvictionPolicy policy = value_or_throw(parse_eviction_policy(f.evict.policy));
-  const bool runs_past_context = policy == EvictionPolicy::kWindow || policy == EvictionPolicy::kStreaming;
-  const bool allow_past_context = f.allow_past_context || runs_past_context;
-  options.past_context = allow_past_context ? PastContext::kAllow : PastContext::kRefuse;
-  options.cache.k_type = f.kv.k_type();
-  options.cache.v_type = f.kv.v_type();
-  options.cache.storage = f.kv.storage_options();
-  options.cache.block_size = f.block_size;
-  const EvictionOptions eviction = f.evict.eviction();
   options.make_cache = make_evicting_eval_cache(eviction);
   ThreadPool pool(resolve_threads(f.threads));
   const RecallResult r = value_or_throw(run_recall_probe(*model, pool, options));
@@ -162,9 +175,11 @@ CLI::App* add_eval_recall_command(CLI::App* eval) {
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--trials", flags->trials, "trials per distance")->capture_default_str();
-  cmd->add_option("--span", flags->span, "tokens per random span (repeat mode)")->capture_default_str();
-  cmd->add_option("--spans", flags->span_source, "repeat mode's spans: random (ordinary tokens) or text")
-      ->capture_default_str();
+  const CLI::Option* span =
+      cmd->add_option("--span", flags->span, "tokens per random span (repeat mode)")->capture_default_str();
+  const CLI::Option* spans =
+      cmd->add_option("--spans", flags->span_source, "repeat mode's spans: random (ordinary tokens) or text")
+          ->capture_default_str();
   cmd->add_option("--text,-f", flags->text, "filler text (default: random tokens / built-in sentences)");
   cmd->add_option("--seed", flags->seed, "random seed: the same seed gives the same trials")->capture_default_str();
   cmd->add_option("--chunk", flags->chunk, "tokens per forward pass")->capture_default_str();
@@ -176,7 +191,9 @@ CLI::App* add_eval_recall_command(CLI::App* eval) {
   cmd->add_option("--block-size", flags->block_size, "tokens per KV block")->capture_default_str();
   cmd->add_option("--threads,-t", flags->threads, "threads (default: all cores)");
   cmd->add_flag("--json", flags->json, "print one JSON object with all numbers");
-  cmd->callback([flags] { run_recall(*flags); });
+  cmd->callback([flags, span, spans] {
+    run_recall(*flags, RecallFlagsGiven{.span = span->count() > 0, .spans = spans->count() > 0});
+  });
   return cmd;
 }
 

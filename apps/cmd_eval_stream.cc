@@ -44,6 +44,9 @@ nlohmann::json stats_json(const PerplexityStats& s) {
 
 void run_stream(const StreamFlags& f) {
   if (f.tokens < 2) throw CliError(fmt::format("--tokens {} must be at least 2", f.tokens));
+  const KvType k_type = f.kv.k_type(), v_type = f.kv.v_type();
+  const KvStorageOptions storage = f.kv.storage_options();
+  const EvictionOptions eviction = f.evict.eviction();
   const std::string text = read_text_file(f.text);
   auto model = value_or_throw(LlamaModel::load(f.model));
   const Tokenizer& tok = model->tokenizer();
@@ -54,11 +57,10 @@ void run_stream(const StreamFlags& f) {
   options.segment = f.segment;
   options.chunk = f.chunk;
   options.trained_ctx = f.trained_ctx;
-  options.cache.k_type = f.kv.k_type();
-  options.cache.v_type = f.kv.v_type();
-  options.cache.storage = f.kv.storage_options();
+  options.cache.k_type = k_type;
+  options.cache.v_type = v_type;
+  options.cache.storage = storage;
   options.cache.block_size = f.block_size;
-  const EvictionOptions eviction = f.evict.eviction();
   options.make_cache = make_evicting_eval_cache(eviction);
   options.in_context_reference = f.reference;
   const std::string cache_label = describe_eviction(eviction);

@@ -45,20 +45,18 @@ struct PlanFlags {
   int sinks = kAdviceSinks;
   bool budget_given = false;
   bool sinks_given = false;
+  bool params_given = false;
   bool json = false;
 };
 
 // The eviction rows asked for on the command line, validated as `kvlm run` validates them.
 std::vector<PlanEviction> resolve_evictions(const PlanFlags& f) {
   const EvictionPolicy policy = value_or_throw(parse_eviction_policy(f.policy.empty() ? "none" : f.policy));
-  if (policy == EvictionPolicy::kNone) {
-    if (f.budget_given) throw CliError("--budget needs --policy window, streaming, h2o or snapkv");
-    if (f.sinks_given) throw CliError("--sinks needs --policy streaming");
-    return {};
-  }
-  if (f.sinks_given && policy != EvictionPolicy::kStreaming) {
-    throw CliError(fmt::format("--sinks applies to --policy streaming, not {}", eviction_policy_name(policy)));
-  }
+  std::vector<EvictionField> fields_set;
+  if (f.budget_given) fields_set.push_back(EvictionField::kBudget);
+  if (f.sinks_given) fields_set.push_back(EvictionField::kSinks);
+  throw_if_error(validate_eviction_fields_set(policy, fields_set));
+  if (policy == EvictionPolicy::kNone) return {};
   if (f.budget < 1 || f.budget > (int64_t{1} << 28)) {
     throw CliError(fmt::format("--policy {} needs --budget in [1, 2^28] (got {})", eviction_policy_name(policy),
                                f.budget));
@@ -138,6 +136,10 @@ ModelShape resolve_shape(const PlanFlags& f) {
   }
   ModelShape shape;
   if (!f.model.empty()) {
+    if (f.params_given) {
+      throw CliError("--params does nothing with --model: the parameter count is read from the GGUF's tensors; drop "
+                     "--params, or give --preset or an explicit shape instead of --model");
+    }
     shape = value_or_throw(load_model_shape(f.model));
   } else if (!f.preset.empty()) {
     shape = value_or_throw(find_preset(f.preset));
@@ -341,7 +343,8 @@ CLI::App* add_plan_command(CLI::App& app) {
   cmd->add_option("--v-head-dim", f->v_head_dim, "explicit shape: V head size (default: --head-dim)");
   cmd->add_option("--kv-lora-rank", f->kv_lora_rank, "explicit shape: MLA latent size");
   cmd->add_option("--rope-dim", f->rope_dim, "explicit shape: MLA decoupled rope dims");
-  cmd->add_option("--params", f->params, "parameter count, for weight bytes (e.g. 6.74e9)");
+  const CLI::Option* params =
+      cmd->add_option("--params", f->params, "parameter count, for weight bytes (e.g. 6.74e9; not with --model)");
   cmd->add_option("--ctx", f->ctx, "tokens per sequence (default: the model's context)");
   cmd->add_option("--batch", f->batch, "concurrent sequences")->capture_default_str();
   cmd->add_option("--block-size", f->block_size, "tokens per cache block")->capture_default_str();
@@ -355,9 +358,10 @@ CLI::App* add_plan_command(CLI::App& app) {
   CLI::Option* sinks =
       cmd->add_option("--sinks", f->sinks, "--policy streaming: first tokens always kept")->capture_default_str();
   cmd->add_flag("--json", f->json, "print one JSON object");
-  cmd->callback([f, budget, sinks] {
+  cmd->callback([f, budget, sinks, params] {
     f->budget_given = budget->count() > 0;
     f->sinks_given = sinks->count() > 0;
+    f->params_given = params->count() > 0;
     run(*f);
   });
   return cmd;

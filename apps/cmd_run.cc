@@ -3,6 +3,9 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <utility>
+
+#include <fmt/format.h>
 
 #include "cli_error.h"
 #include "commands.h"
@@ -37,7 +40,38 @@ struct RunFlags {
   bool ignore_eos = false;
 };
 
-void run(const RunFlags& f) {
+// Which of the flags that only some requests read the user gave.
+struct RunFlagsGiven {
+  bool top_k = false;
+  bool top_p = false;
+  bool min_p = false;
+  bool seed = false;
+  bool stats = false;
+};
+
+// A flag that would do nothing in this request is an error naming both flags.
+void check_flags_used(const RunFlags& f, const RunFlagsGiven& given) {
+  if (f.temperature <= 0.0f) {
+    for (const auto& [flag_given, flag] : {std::pair{given.top_k, "--top-k"}, std::pair{given.top_p, "--top-p"},
+                                           std::pair{given.min_p, "--min-p"}, std::pair{given.seed, "--seed"}}) {
+      if (!flag_given) continue;
+      throw CliError(fmt::format("{} does nothing with --temp {} (greedy: always the most likely token): drop {}, "
+                                 "or sample with --temp > 0",
+                                 flag, f.temperature, flag));
+    }
+  }
+  if (given.stats && f.json) {
+    throw CliError("--stats does nothing with --json: the JSON object already holds the statistics; drop --stats, or "
+                   "drop --json for text with the statistics on stderr");
+  }
+}
+
+void run(const RunFlags& f, const RunFlagsGiven& given) {
+  check_flags_used(f, given);
+  // Every flag is resolved before the model loads, so a bad one fails at once.
+  const KvType k_type = f.kv.k_type(), v_type = f.kv.v_type();
+  const KvStorageOptions storage = f.kv.storage_options();
+  const EvictionOptions eviction = f.evict.eviction();
   auto model = value_or_throw(LlamaModel::load(f.model));
   const Tokenizer& tok = model->tokenizer();
   std::vector<TokenId> prompt =
@@ -54,13 +88,13 @@ void run(const RunFlags& f) {
   options.sampler.seed = f.seed >= 0 ? static_cast<uint64_t>(f.seed)
                                      : static_cast<uint64_t>(
                                            std::chrono::steady_clock::now().time_since_epoch().count());
-  options.k_type = f.kv.k_type();
-  options.v_type = f.kv.v_type();
-  options.storage = f.kv.storage_options();
+  options.k_type = k_type;
+  options.v_type = v_type;
+  options.storage = storage;
   options.block_size = f.block_size;
   options.verify = f.verify;
   options.stop_at_eos = !f.ignore_eos;
-  options.eviction = f.evict.eviction();
+  options.eviction = eviction;
 
   ThreadPool pool(resolve_threads(f.threads));
   Generator generator(*model, pool);
@@ -93,25 +127,33 @@ CLI::App* add_run_command(CLI::App& app) {
                   "0 = until EOS or the context is full")
       ->capture_default_str();
   cmd->add_option("--temp", flags->temperature, "sampling temperature; 0 = greedy")->capture_default_str();
-  cmd->add_option("--top-k", flags->top_k, "keep the k most likely tokens; 0 = off")->capture_default_str();
-  cmd->add_option("--top-p", flags->top_p, "nucleus sampling threshold; 1 = off")->capture_default_str();
-  cmd->add_option("--min-p", flags->min_p, "drop tokens below min-p x the top probability; 0 = off")
-      ->capture_default_str();
+  const CLI::Option* top_k =
+      cmd->add_option("--top-k", flags->top_k, "keep the k most likely tokens; 0 = off")->capture_default_str();
+  const CLI::Option* top_p =
+      cmd->add_option("--top-p", flags->top_p, "nucleus sampling threshold; 1 = off")->capture_default_str();
+  const CLI::Option* min_p =
+      cmd->add_option("--min-p", flags->min_p, "drop tokens below min-p x the top probability; 0 = off")
+          ->capture_default_str();
   cmd->add_option("--repeat-penalty", flags->repeat_penalty, "penalty for recently seen tokens; 1 = off")
       ->capture_default_str();
-  cmd->add_option("--seed", flags->seed, "RNG seed (default: from the clock)");
+  const CLI::Option* seed = cmd->add_option("--seed", flags->seed, "RNG seed (default: from the clock)");
   flags->kv.add_to(cmd);
   flags->evict.add_to(cmd);
   cmd->add_option("--block-size", flags->block_size, "tokens per KV block")->capture_default_str();
   cmd->add_option("--threads,-t", flags->threads, "threads (default: all cores)");
   cmd->add_flag("--ignore-eos", flags->ignore_eos, "keep generating through EOS (and BOS) until --max-tokens");
-  cmd->add_flag("--stats", flags->stats, "print speed, cache savings and KV memory to stderr");
+  const CLI::Option* stats =
+      cmd->add_flag("--stats", flags->stats, "print speed, cache savings and KV memory to stderr");
   cmd->add_flag("--json", flags->json, "print one JSON object with the text, token ids and statistics");
   cmd->add_flag("--verify", flags->verify,
                 "check every step's logits against a no-cache reference forward (slow; small models)");
-  cmd->callback([flags, cmd] {
+  cmd->callback([flags, cmd, top_k, top_p, min_p, seed, stats] {
     flags->has_prompt = cmd->count("--prompt") > 0;
-    run(*flags);
+    run(*flags, RunFlagsGiven{.top_k = top_k->count() > 0,
+                              .top_p = top_p->count() > 0,
+                              .min_p = min_p->count() > 0,
+                              .seed = seed->count() > 0,
+                              .stats = stats->count() > 0});
   });
   return cmd;
 }

@@ -4,7 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(cmake ninja-build g++ pkg-config libfmt-dev libspdlog-dev libcli11-dev nlohmann-json3-dev
-          libpcre2-dev libutf8proc-dev libgtest-dev libgmock-dev libbenchmark-dev python3-matplotlib)
+          libpcre2-dev libutf8proc-dev libxxhash-dev libgtest-dev libgmock-dev libbenchmark-dev python3-matplotlib)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -31,15 +31,26 @@ void BlockPool::push_back_free(int32_t id) {
 
 int32_t BlockPool::pop_front_free() {
   const int32_t id = free_head_;
-  free_head_ = next_free_[static_cast<size_t>(id)];
-  if (free_head_ == kNone) {
-    free_tail_ = kNone;
+  unlink_free(id);
+  return id;
+}
+
+void BlockPool::unlink_free(int32_t id) {
+  const int32_t prev = prev_free_[static_cast<size_t>(id)];
+  const int32_t next = next_free_[static_cast<size_t>(id)];
+  if (prev == kNone) {
+    free_head_ = next;
   } else {
-    prev_free_[static_cast<size_t>(free_head_)] = kNone;
+    next_free_[static_cast<size_t>(prev)] = next;
   }
+  if (next == kNone) {
+    free_tail_ = prev;
+  } else {
+    prev_free_[static_cast<size_t>(next)] = prev;
+  }
+  prev_free_[static_cast<size_t>(id)] = kNone;
   next_free_[static_cast<size_t>(id)] = kNone;
   --num_free_;
-  return id;
 }
 
 std::optional<BlockId> BlockPool::allocate() {
@@ -63,6 +74,14 @@ void BlockPool::release(BlockId block) {
   int32_t& rc = ref_counts_[static_cast<size_t>(block.value)];
   KVLM_CHECK(rc > 0, "release of block {} which is already free (double free)", block.value);
   if (--rc == 0) push_back_free(block.value);
+}
+
+void BlockPool::take_free(BlockId block) {
+  check_id(block);
+  int32_t& rc = ref_counts_[static_cast<size_t>(block.value)];
+  KVLM_CHECK(rc == 0, "take_free of block {} which is in use (ref count {})", block.value, rc);
+  unlink_free(block.value);
+  rc = 1;
 }
 
 int BlockPool::ref_count(BlockId block) const {

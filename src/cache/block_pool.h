@@ -12,11 +12,12 @@ namespace kvlm {
 // Free queue order: a FIFO. Blocks start free in id order 0, 1, 2, …; allocate()
 // takes the block at the front, and a block whose ref count drops to 0 joins the
 // back. So the block freed longest ago is reused first, and recently freed
-// blocks stay intact longest: a later prefix cache can revive them, and taking
-// from the front is then least-recently-used eviction.
+// blocks stay intact longest: the prefix cache can revive them (take_free), and
+// taking from the front is then least-recently-used eviction.
 // The queue is an intrusive doubly linked list over the block ids, so
-// allocate/release never allocate memory and a block can later be taken out of
-// the middle of the queue in O(1) (prefix-cache hit on a free block).
+// allocate/release never allocate memory and take_free takes a block out of the
+// middle of the queue in O(1) (prefix-cache hit on a free block); the order of
+// the blocks left is unchanged.
 class BlockPool {
  public:
   explicit BlockPool(int num_blocks);
@@ -27,8 +28,12 @@ class BlockPool {
   void acquire(BlockId block);
   // Drops a reference; at 0 the block goes to the back of the free queue.
   void release(BlockId block);
+  // Takes a free block (ref count 0, a CHECK) out of the queue wherever it is and
+  // gives it ref count 1: a prefix-cache hit on a block whose bytes are still intact.
+  void take_free(BlockId block);
 
   int ref_count(BlockId block) const;
+  bool is_free(BlockId block) const { return ref_count(block) == 0; }
   int num_free() const { return num_free_; }
   int num_blocks() const { return static_cast<int>(ref_counts_.size()); }
 
@@ -41,6 +46,7 @@ class BlockPool {
   void check_id(BlockId block) const;
   void push_back_free(int32_t id);
   int32_t pop_front_free();
+  void unlink_free(int32_t id);
 
   std::vector<int32_t> ref_counts_;  // [num_blocks]; 0 = in the free queue
   std::vector<int32_t> prev_free_;   // [num_blocks]; links of the free queue, kNone at the ends

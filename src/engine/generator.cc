@@ -1,42 +1,14 @@
 #include "engine/generator.h"
 
 #include <algorithm>
-#include <chrono>
 
-#include "cache/kv_cache_manager.h"
+#include "engine/engine.h"
 #include "kv/kv_storage.h"
+#include "model/incremental_detokenizer.h"
 #include "model/llama_model.h"
 #include "reference/reference_forward.h"
 
 namespace kvlm {
-namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-// Emits only the text that decoding the longer sequence adds, so tokenizer rules
-// that look at neighbours (the SPM leading space) apply exactly as in decode().
-class IncrementalDecoder {
- public:
-  IncrementalDecoder(const Tokenizer& tokenizer, const Generator::TextCallback& on_text)
-      : tokenizer_(tokenizer), on_text_(on_text) {}
-  void update(const std::vector<TokenId>& tokens) {
-    text_ = tokenizer_.decode(tokens);
-    if (text_.size() > emitted_ && on_text_) on_text_(std::string_view(text_).substr(emitted_));
-    emitted_ = std::max(emitted_, text_.size());
-  }
-  const std::string& text() const { return text_; }
-
- private:
-  const Tokenizer& tokenizer_;
-  const Generator::TextCallback& on_text_;
-  std::string text_;
-  size_t emitted_ = 0;
-};
-
-}  // namespace
-
 double GenerationStats::prefill_tokens_per_second() const {
   return prefill_seconds > 0 ? prompt_tokens / prefill_seconds : 0;
 }
@@ -84,79 +56,84 @@ Result<GenerationResult> Generator::generate(const std::vector<TokenId>& prompt,
   const int capacity = std::max(limit, num_prompt);
   const int num_blocks =
       EvictingSequence::max_blocks(options.eviction, options.block_size, options.prefill_chunk, capacity);
-  const KvLayout layout{config.num_layers, config.num_kv_heads, config.head_dim, options.block_size};
-  KVLM_ASSIGN_OR_RETURN(std::unique_ptr<KvStorage> storage,
-                        KvStorage::create(layout, options.k_type, options.v_type, num_blocks, options.storage));
-  KvCacheManager cache(num_blocks, options.block_size);
-  auto sequence = std::make_unique<EvictingSequence>(model_, cache, *storage, options.eviction);
+
+  // One request through the engine: the same scheduler, batched forward and sampler as many
+  // requests, with a pool sized for this one and chunks of prefill_chunk tokens.
+  EngineOptions engine_options;
+  engine_options.k_type = options.k_type;
+  engine_options.v_type = options.v_type;
+  engine_options.storage = options.storage;
+  engine_options.block_size = options.block_size;
+  engine_options.num_blocks = num_blocks;
+  engine_options.max_batch_tokens = options.prefill_chunk;
+  engine_options.max_seqs = 1;
+  engine_options.prefix_caching = false;
+  KVLM_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(model_, pool_, engine_options));
 
   GenerationResult result;
   GenerationStats& stats = result.stats;
   stats.prompt_tokens = num_prompt;
   stats.block_size = options.block_size;
-  stats.kv_bytes_per_token = storage->bytes_per_token();
-  stats.kv_pool_bytes = storage->allocated_bytes();
+  stats.kv_bytes_per_token = engine->storage().bytes_per_token();
+  stats.kv_pool_bytes = engine->storage().allocated_bytes();
   stats.threads = pool_.num_threads();
 
-  Sampler sampler(options.sampler);
-  IncrementalDecoder decoder(model_.tokenizer(), on_text);
+  RequestOptions request;
+  request.prompt = prompt;
+  request.sampler = options.sampler;
+  request.max_tokens = options.max_tokens;
+  request.stop_at_eos = options.stop_at_eos;
+  request.eviction = options.eviction;
+  request.logits = options.verify ? LogitsCapture::kAll : LogitsCapture::kNone;
+
+  // The prompt's text first, as decode() prints it; the engine streams the rest.
+  IncrementalDetokenizer prompt_text(model_.tokenizer());
+  std::string text = prompt_text.set_prompt(prompt);
+  if (!text.empty() && on_text) on_text(text);
   std::vector<TokenId>& tokens = result.tokens;
   tokens = prompt;
-  decoder.update(tokens);
-
-  std::vector<float> logits;
-  std::vector<float> step_logits;  // [verified rows, vocab] kept only when verifying
-  const LogitsRows prefill_rows = options.verify ? LogitsRows::kAll : LogitsRows::kLast;
+  std::vector<float> step_logits;  // [forwarded tokens, vocab], only when verifying
+  FinishReason finish = FinishReason::kNone;
+  std::string error;
+  RequestStats request_stats;
   const uint64_t kv_before = model_.kv_projections_computed();
-
-  auto run_step = [&](std::span<const TokenId> new_tokens, LogitsRows rows) -> Status {
-    KVLM_RETURN_IF_ERROR(sequence->forward(new_tokens, rows, pool_, logits));
-    stats.kv_blocks_peak = std::max(stats.kv_blocks_peak, sequence->stats().peak_blocks);
-    stats.kv_staging_bytes_peak = std::max<uint64_t>(stats.kv_staging_bytes_peak, storage->staging_bytes());
-    if (options.verify) step_logits.insert(step_logits.end(), logits.begin(), logits.end());
-    return Status::ok_status();
+  auto on_event = [&](const TokenEvent& e) {
+    if (e.token >= 0) tokens.push_back(e.token);
+    if (!e.text.empty()) {
+      text += e.text;
+      if (on_text) on_text(e.text);
+    }
+    if (e.logits) step_logits.insert(step_logits.end(), e.logits->begin(), e.logits->end());
+    if (e.finish != FinishReason::kNone) {
+      finish = e.finish;
+      error = e.error;
+      request_stats = *e.stats;
+    }
   };
+  KVLM_RETURN_IF_ERROR(engine->submit(std::move(request), on_event).status());
+  engine->run_until_idle();
+  if (finish == FinishReason::kError) return Status::error(error);
 
-  // Prefill in chunks; the last chunk's last row predicts the first new token.
-  auto start = std::chrono::steady_clock::now();
-  for (int done = 0; done < num_prompt;) {
-    const int n = std::min(options.prefill_chunk, num_prompt - done);
-    KVLM_RETURN_IF_ERROR(
-        run_step(std::span<const TokenId>(prompt).subspan(static_cast<size_t>(done), static_cast<size_t>(n)),
-                 prefill_rows));
-    done += n;
-  }
-  // Without a cache, the prompt is projected once too, but every decode step
-  // re-projects its whole context (counted in the loop below).
+  stats.generated_tokens = request_stats.completion_tokens;
+  stats.prefill_seconds = request_stats.time_to_first_token;
+  stats.decode_seconds = std::max(0.0, request_stats.total_seconds - request_stats.time_to_first_token);
+  // Without a cache the prompt is projected once too, but every decode forward re-projects
+  // its whole context; the last token is not forwarded when generation ended at the limit.
+  const int decode_forwards = stats.generated_tokens - (finish == FinishReason::kLength ? 1 : 0);
   stats.kv_projections_recompute = static_cast<uint64_t>(num_prompt);
-  stats.prefill_seconds = seconds_since(start);
-
-  const size_t vocab = static_cast<size_t>(config.vocab_size);
-  start = std::chrono::steady_clock::now();
-  while (static_cast<int>(tokens.size()) < limit) {
-    const std::span<const float> last(logits.data() + logits.size() - vocab, vocab);
-    const TokenId next = sampler.sample(last, tokens);
-    const bool is_stop = next == model_.tokenizer().eos_id() || next == model_.tokenizer().bos_id();
-    if (options.stop_at_eos && is_stop) break;
-    tokens.push_back(next);
-    ++stats.generated_tokens;
-    decoder.update(tokens);
-    if (static_cast<int>(tokens.size()) >= limit) break;  // the last token needs no forward
-    stats.kv_projections_recompute += tokens.size();
-    KVLM_RETURN_IF_ERROR(run_step(std::span<const TokenId>(&tokens.back(), 1), LogitsRows::kLast));
-  }
-  stats.decode_seconds = seconds_since(start);
+  for (int k = 1; k <= decode_forwards; ++k) stats.kv_projections_recompute += static_cast<uint64_t>(num_prompt + k);
   stats.kv_projections_cached = model_.kv_projections_computed() - kv_before;
-  stats.kv_bytes_allocated = static_cast<uint64_t>(stats.kv_blocks_peak) * storage->bytes_per_block();
-
-  stats.kv_tokens_cached = sequence->num_live();
-  stats.eviction = sequence->stats();
-  sequence.reset();  // ends the sequence: its blocks and staging go back
-  stats.blocks_leaked = num_blocks - cache.num_free_blocks();
-  result.text = decoder.text();
+  stats.kv_blocks_peak = request_stats.peak_blocks;
+  stats.kv_bytes_allocated = static_cast<uint64_t>(stats.kv_blocks_peak) * engine->storage().bytes_per_block();
+  stats.kv_staging_bytes_peak = engine->metrics().peak_staging_bytes;
+  stats.kv_tokens_cached = request_stats.live_tokens;
+  stats.eviction = request_stats.eviction;
+  stats.blocks_leaked = engine->cache().num_used_blocks();  // nothing runs now: every block must be back
+  result.text = text;
 
   if (options.verify) {
     // Every forwarded token has a logits row; the reference recomputes them all without a cache.
+    const size_t vocab = static_cast<size_t>(config.vocab_size);
     const size_t num_forwarded = step_logits.size() / vocab;
     const std::vector<double> expected =
         reference_logits(config, model_.weights(), std::span<const TokenId>(tokens.data(), num_forwarded));

@@ -224,24 +224,37 @@ void EvictingSequence::note_peaks() {
   stats_.peak_live_tokens = std::max(stats_.peak_live_tokens, num_live());
 }
 
-Status EvictingSequence::run_step(std::span<const TokenId> tokens, LogitsRows rows, ThreadPool& pool,
-                                  std::vector<float>& logits) {
-  const int n = static_cast<int>(tokens.size());
+int EvictingSequence::blocks_needed(int num_tokens) const {
+  const int bs = cache_.block_size();
+  const BlockTable& table = cache_.table(seq_);
+  const int fresh = std::max(0, cache_.blocks_for_tokens(table.num_tokens() + num_tokens) - table.num_blocks());
+  const bool shared_tail = table.num_tokens() % bs != 0 && cache_.block_ref_count(seq_, table.num_tokens() / bs) > 1;
+  return fresh + (shared_tail ? 1 : 0);
+}
+
+Result<int> EvictingSequence::plan_step(std::span<const TokenId> tokens, LogitsRows rows, SequenceStep& step) {
+  KVLM_CHECK(pending_tokens_ == 0, "sequence {}: a step of {} tokens is still pending", seq_.value, pending_tokens_);
+  const int vocab = model_.config().vocab_size;
+  if (tokens.empty()) return Status::error("forward needs at least one token");
+  const int n = next_step_size(static_cast<int>(tokens.size()));
+  for (int i = 0; i < n; ++i) {
+    const TokenId id = tokens[static_cast<size_t>(i)];
+    if (id < 0 || id >= vocab) return Status::errorf("token {} is outside the vocabulary of {}", id, vocab);
+  }
+  make_room(n);
   const int slots = num_slots();
   const int live = num_live();
   const int bs = cache_.block_size();
-  // The new tokens go into the partly filled last block (when there is one) and fresh blocks.
-  if (slots % bs != 0) KVLM_RETURN_IF_ERROR(make_exclusive(slots / bs, slots / bs + 1));
-  if (!cache_.reserve(seq_, n)) {
-    return Status::errorf("the KV pool has no room for {} more tokens ({} blocks of {} free)", n,
-                          cache_.num_free_blocks(), bs);
-  }
+  // The new tokens go into the partly filled last block (when there is one) and fresh blocks;
+  // a shared or published last block is made this sequence's own first.
+  if (slots % bs != 0 && !make_exclusive(slots / bs, slots / bs + 1).ok()) return 0;
+  if (!cache_.reserve(seq_, n)) return 0;
 
-  const bool h2o = options_.policy == EvictionPolicy::kH2o;
-  const bool snapkv_prompt = options_.policy == EvictionPolicy::kSnapKv && n >= options_.snapkv_window &&
-                             live + n > options_.budget;
-  SequenceStep step;
-  step.tokens = tokens;
+  pending_h2o_ = options_.policy == EvictionPolicy::kH2o;
+  pending_snapkv_ =
+      options_.policy == EvictionPolicy::kSnapKv && n >= options_.snapkv_window && live + n > options_.budget;
+  step = SequenceStep{};
+  step.tokens = tokens.first(static_cast<size_t>(n));
   step.num_cached_tokens = slots;
   step.block_table = cache_.table(seq_).block_ids();
   step.logits_rows = rows;
@@ -249,28 +262,47 @@ Status EvictingSequence::run_step(std::span<const TokenId> tokens, LogitsRows ro
   step.num_sink_tokens = num_sinks_;
   step.window_begin = window_begin_;
   step.first_sink_query_position = live;
-  if (h2o || snapkv_prompt) {
+  if (pending_h2o_ || pending_snapkv_) {
     step_weights_.assign(static_cast<size_t>(slots + n), 0.0f);
     step.slot_weights = step_weights_.data();
-    step.num_weight_queries = h2o ? n : options_.snapkv_window;
+    step.num_weight_queries = pending_h2o_ ? n : options_.snapkv_window;
     ++stats_.weight_passes;
   }
-  model_.forward(step, storage_, pool, logits);
+  pending_tokens_ = n;
+  return n;
+}
+
+void EvictingSequence::attach_prefix(std::span<const BlockId> blocks) {
+  KVLM_CHECK(num_fed_ == 0 && pending_tokens_ == 0, "sequence {}: a prefix attaches to an empty sequence only",
+             seq_.value);
+  KVLM_CHECK(keeps_window(), "sequence {}: policy {} keeps per-token scores a cached block lacks", seq_.value,
+             eviction_policy_name(options_.policy));
+  cache_.attach_prefix(seq_, blocks);
+  num_fed_ = static_cast<int64_t>(blocks.size()) * cache_.block_size();
+  KVLM_CHECK(options_.policy == EvictionPolicy::kNone || num_fed_ <= options_.budget,
+             "sequence {}: a prefix of {} tokens exceeds the budget {}", seq_.value, num_fed_, options_.budget);
+  note_peaks();
+}
+
+void EvictingSequence::commit_step() {
+  const int n = pending_tokens_;
+  KVLM_CHECK(n > 0, "sequence {}: commit_step without a planned step", seq_.value);
+  pending_tokens_ = 0;
+  const int slots = num_slots();
   cache_.append(seq_, n);
   num_fed_ += n;
 
   if (!keeps_window()) {
     for (int i = 0; i < n; ++i) slot_positions_.push_back(num_fed_ - n + i);
   }
-  if (h2o) {
+  if (pending_h2o_) {
     slot_scores_.resize(static_cast<size_t>(slots + n), 0.0f);
     for (size_t s = 0; s < slot_scores_.size(); ++s) slot_scores_[s] += step_weights_[s];
   }
   note_peaks();
-  if (snapkv_prompt) {
+  if (pending_snapkv_) {
     compact_to(snapkv_kept(step_weights_, options_.snapkv_window, options_.snapkv_kernel, options_.budget));
   }
-  return Status::ok_status();
 }
 
 Status EvictingSequence::forward(std::span<const TokenId> tokens, LogitsRows rows, ThreadPool& pool,
@@ -284,15 +316,18 @@ Status EvictingSequence::forward(std::span<const TokenId> tokens, LogitsRows row
   std::vector<float> step_logits;
   size_t pos = 0;
   while (pos < tokens.size()) {
-    const int remaining = static_cast<int>(tokens.size() - pos);
-    const int step = next_step_size(remaining);
-    make_room(step);
-    const bool last = pos + static_cast<size_t>(step) == tokens.size();
-    KVLM_RETURN_IF_ERROR(run_step(tokens.subspan(pos, static_cast<size_t>(step)),
-                                  rows == LogitsRows::kAll ? LogitsRows::kAll : LogitsRows::kLast, pool,
-                                  step_logits));
+    SequenceStep step;
+    KVLM_ASSIGN_OR_RETURN(const int taken, plan_step(tokens.subspan(pos), rows, step));
+    if (taken == 0) {
+      const int wanted = next_step_size(static_cast<int>(tokens.size() - pos));
+      return Status::errorf("the KV pool has no room for {} more tokens ({} blocks of {} free)", wanted,
+                            cache_.num_free_blocks(), cache_.block_size());
+    }
+    model_.forward(step, storage_, pool, step_logits);
+    commit_step();
+    const bool last = pos + static_cast<size_t>(taken) == tokens.size();
     if (rows == LogitsRows::kAll || last) logits.insert(logits.end(), step_logits.begin(), step_logits.end());
-    pos += static_cast<size_t>(step);
+    pos += static_cast<size_t>(taken);
   }
   return Status::ok_status();
 }

@@ -68,6 +68,26 @@ class EvictingSequence {
   // Errors: the pool has no room (naming the blocks needed), tokens outside the vocabulary.
   Status forward(std::span<const TokenId> tokens, LogitsRows rows, ThreadPool& pool, std::vector<float>& logits);
 
+  // The same work split around a batched forward (the engine runs many sequences in one
+  // LlamaModel::forward_batch). plan_step takes the first tokens of `tokens` that the policy
+  // lets run in one forward (all of them without a policy), evicts to make room for them,
+  // copies the shared blocks they write, reserves their blocks and describes the forward in
+  // `step` (its spans point into this sequence's table and buffers: valid until commit_step).
+  // Returns how many tokens it took, or 0 when the pool has no room for them (nothing
+  // reserved; the caller frees blocks, e.g. by preempting another sequence, and plans again).
+  // Errors: tokens outside the vocabulary, an empty span. After the forward, commit_step
+  // records the tokens as cached and does the policy's after-step work (H2O scores,
+  // SnapKV's compression). One planned step at a time.
+  Result<int> plan_step(std::span<const TokenId> tokens, LogitsRows rows, SequenceStep& step);
+  void commit_step();
+  // Starts an empty sequence with cached blocks (a prefix-cache hit): their tokens count as fed
+  // and computed with every earlier token visible, so only policies that have not evicted yet
+  // and keep no per-token scores may take them (none, window, streaming; a CHECK).
+  void attach_prefix(std::span<const BlockId> blocks);
+  // Blocks the pool must still provide for a step of `num_tokens` (new blocks past the
+  // table's capacity, plus a copy of a shared partial tail block): admission control.
+  int blocks_needed(int num_tokens) const;
+
   int64_t num_fed() const { return num_fed_; }  // tokens fed; the next one's text position
   int num_live() const;                          // tokens attention sees now
   int num_slots() const;                         // slots in the table (live + evicted, not yet dropped)
@@ -102,7 +122,6 @@ class EvictingSequence {
   void release_staging(const std::vector<BlockId>& freed);
   // Copies the shared blocks among table indices [first, end) so this sequence may write them.
   Status make_exclusive(int first_block_idx, int end_block_idx);
-  Status run_step(std::span<const TokenId> tokens, LogitsRows rows, ThreadPool& pool, std::vector<float>& logits);
   void note_peaks();
 
   LlamaModel& model_;
@@ -118,6 +137,11 @@ class EvictingSequence {
   std::vector<int64_t> slot_positions_;  // [num_slots]
   std::vector<float> slot_scores_;       // [num_slots] (H2O)
   std::vector<float> step_weights_;      // [num_slots] scratch for one forward's weights
+  // The step planned and not yet committed: its token count, whether it sums H2O weights
+  // and whether SnapKV compresses after it; 0 tokens when none is pending.
+  int pending_tokens_ = 0;
+  bool pending_h2o_ = false;
+  bool pending_snapkv_ = false;
   EvictionStats stats_;
 };
 

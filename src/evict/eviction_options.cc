@@ -1,6 +1,7 @@
 #include "evict/eviction_options.h"
 
 #include <array>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -72,6 +73,60 @@ Status validate_eviction_options(const EvictionOptions& o) {
   if (o.evicting_step < 1 || o.evicting_step > o.budget - reserved) {
     return Status::errorf("--evict-step {} must be in [1, {}] (the budget less what {} always keeps)",
                           o.evicting_step, o.budget - reserved, name);
+  }
+  return Status::ok_status();
+}
+
+const char* eviction_field_flag(EvictionField field) {
+  switch (field) {
+    case EvictionField::kBudget:
+      return "--budget";
+    case EvictionField::kSinks:
+      return "--sinks";
+    case EvictionField::kRecent:
+      return "--h2o-recent";
+    case EvictionField::kSnapKvWindow:
+      return "--snapkv-window";
+    case EvictionField::kSnapKvKernel:
+      return "--snapkv-kernel";
+    case EvictionField::kEvictingStep:
+      return "--evict-step";
+  }
+  return "?";
+}
+
+bool eviction_policy_reads(EvictionPolicy policy, EvictionField field) {
+  switch (field) {
+    case EvictionField::kBudget:
+    case EvictionField::kEvictingStep:
+      return policy != EvictionPolicy::kNone;
+    case EvictionField::kSinks:
+      return policy == EvictionPolicy::kStreaming;
+    case EvictionField::kRecent:
+      return policy == EvictionPolicy::kH2o;
+    case EvictionField::kSnapKvWindow:
+    case EvictionField::kSnapKvKernel:
+      return policy == EvictionPolicy::kSnapKv;
+  }
+  return false;
+}
+
+Status validate_eviction_fields_set(EvictionPolicy policy, std::span<const EvictionField> fields_set) {
+  for (EvictionField field : fields_set) {
+    if (eviction_policy_reads(policy, field)) continue;
+    std::string readers;  // "streaming", "window, streaming, h2o or snapkv"
+    std::vector<const char*> names;
+    for (EvictionPolicy p : kAllPolicies) {
+      if (eviction_policy_reads(p, field)) names.push_back(eviction_policy_name(p));
+    }
+    for (size_t i = 0; i < names.size(); ++i) {
+      readers += i == 0 ? "" : i + 1 == names.size() ? " or " : ", ";
+      readers += names[i];
+    }
+    const char* flag = eviction_field_flag(field);
+    return Status::errorf("{} does nothing with --policy {}: drop {}, or choose --policy {} ({})", flag,
+                          eviction_policy_name(policy), flag, readers,
+                          names.size() == 1 ? "the only policy that reads it" : "the policies that read it");
   }
   return Status::ok_status();
 }

@@ -47,6 +47,25 @@ struct EvictionOptions {
 // the policy always keeps] (streaming's sinks, H2O's recent window).
 Status validate_eviction_options(const EvictionOptions& options);
 
+// The fields of EvictionOptions a user sets, each read by some policies only.
+enum class EvictionField {
+  kBudget,        // every policy but kNone
+  kSinks,         // streaming
+  kRecent,        // h2o
+  kSnapKvWindow,  // snapkv
+  kSnapKvKernel,  // snapkv
+  kEvictingStep,  // every policy but kNone
+};
+
+// The flag that sets `field` ("--budget", "--sinks", "--h2o-recent", ...), as the errors name it.
+const char* eviction_field_flag(EvictionField field);
+// Whether `policy` reads `field`; a field it does not read keeps its default unused.
+bool eviction_policy_reads(EvictionPolicy policy, EvictionField field);
+// An error naming the flag, the policy and the policies that read it when one of `fields_set`
+// (the fields the user chose explicitly) is one `policy` ignores: a setting that would do nothing
+// is a mistake to report, not a value to drop quietly.
+Status validate_eviction_fields_set(EvictionPolicy policy, std::span<const EvictionField> fields_set);
+
 // "streaming (4 sinks + 252 recent, budget 256)"-style summary for reports and logs.
 std::string describe_eviction(const EvictionOptions& options);
 

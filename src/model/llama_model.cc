@@ -48,42 +48,69 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::load(const std::string& path) {
 }
 
 void LlamaModel::forward(const SequenceStep& step, KvStorage& cache, ThreadPool& pool, std::vector<float>& logits) {
+  forward_batch(std::span<const SequenceStep>(&step, 1), cache, pool, logits);
+}
+
+void LlamaModel::forward_batch(std::span<const SequenceStep> steps, KvStorage& cache, ThreadPool& pool,
+                               std::vector<float>& logits) {
   const ModelConfig& c = config_;
-  const int64_t n = static_cast<int64_t>(step.tokens.size());
-  KVLM_CHECK(n > 0, "forward needs at least one token");
+  KVLM_CHECK(!steps.empty(), "forward needs at least one sequence");
   const KvLayout& layout = cache.layout();
   KVLM_CHECK(layout.num_layers == c.num_layers && layout.num_kv_heads == c.num_kv_heads &&
                  layout.head_dim == c.head_dim,
              "cache layout {}x{}x{} does not match the model {}x{}x{}", layout.num_layers, layout.num_kv_heads,
              layout.head_dim, c.num_layers, c.num_kv_heads, c.head_dim);
-  const int64_t num_context = step.num_cached_tokens + n;
   const int block_size = layout.block_size;
-  KVLM_CHECK(static_cast<int64_t>(step.block_table.size()) * block_size >= num_context,
-             "block table of {} blocks cannot hold {} tokens", step.block_table.size(), num_context);
 
-  const int64_t first_position = step.first_position >= 0 ? step.first_position : step.num_cached_tokens;
-  // Once tokens were evicted, a query's position within the cache trails its text position.
-  const bool sink_queries = step.num_sink_tokens > 0 && step.first_sink_query_position != first_position;
-  KVLM_CHECK(first_position + n <= int64_t{std::numeric_limits<Position>::max()}, "position {} is too large",
-             first_position + n);
-  KVLM_CHECK(step.slot_weights == nullptr || (step.num_weight_queries >= 1 && step.num_weight_queries <= n),
-             "{} weight queries in a step of {} tokens", step.num_weight_queries, n);
+  // Token t of the batch: its text position, and its position within the cache when its
+  // sequence's sinks are scored with a second rotation (once tokens were evicted).
+  int64_t n = 0;
+  int64_t num_logits_rows = 0;
+  for (const SequenceStep& step : steps) n += static_cast<int64_t>(step.tokens.size());
+  positions_.resize(static_cast<size_t>(n));
+  sink_positions_.resize(static_cast<size_t>(n));
+  bool any_sink_queries = false;
+  {
+    int64_t t = 0;
+    for (const SequenceStep& step : steps) {
+      const int64_t len = static_cast<int64_t>(step.tokens.size());
+      KVLM_CHECK(len > 0, "forward needs at least one token per sequence");
+      const int64_t num_context = step.num_cached_tokens + len;
+      KVLM_CHECK(static_cast<int64_t>(step.block_table.size()) * block_size >= num_context,
+                 "block table of {} blocks cannot hold {} tokens", step.block_table.size(), num_context);
+      const int64_t first_position = step.first_position >= 0 ? step.first_position : step.num_cached_tokens;
+      const bool sink_queries = step.num_sink_tokens > 0 && step.first_sink_query_position != first_position;
+      KVLM_CHECK(first_position + len <= int64_t{std::numeric_limits<Position>::max()}, "position {} is too large",
+                 first_position + len);
+      KVLM_CHECK(step.slot_weights == nullptr || (step.num_weight_queries >= 1 && step.num_weight_queries <= len),
+                 "{} weight queries in a step of {} tokens", step.num_weight_queries, len);
+      any_sink_queries = any_sink_queries || sink_queries;
+      for (int64_t i = 0; i < len; ++i, ++t) {
+        positions_[static_cast<size_t>(t)] = first_position + i;
+        sink_positions_[static_cast<size_t>(t)] = sink_queries ? step.first_sink_query_position + i : -1;
+        const TokenId id = step.tokens[static_cast<size_t>(i)];
+        KVLM_CHECK(id >= 0 && id < c.vocab_size, "token id {} outside the vocabulary of {}", id, c.vocab_size);
+      }
+      num_logits_rows += step.logits_rows == LogitsRows::kLast ? 1 : len;
+    }
+  }
 
   x_.resize(static_cast<size_t>(n * c.dim));
   xn_.resize(x_.size());
   proj_.resize(x_.size());
   q_.resize(static_cast<size_t>(n * c.q_dim()));
-  if (sink_queries) q_sink_.resize(q_.size());
+  if (any_sink_queries) q_sink_.resize(q_.size());
   att_.resize(q_.size());
   k_.resize(static_cast<size_t>(n * c.kv_dim()));
   v_.resize(k_.size());
   gate_.resize(static_cast<size_t>(n * c.ffn_dim));
   up_.resize(gate_.size());
 
-  for (int64_t t = 0; t < n; ++t) {
-    const TokenId id = step.tokens[static_cast<size_t>(t)];
-    KVLM_CHECK(id >= 0 && id < c.vocab_size, "token id {} outside the vocabulary of {}", id, c.vocab_size);
-    dequantize_weight_row(weights_.token_embd, id, &x_[static_cast<size_t>(t * c.dim)]);
+  {
+    int64_t t = 0;
+    for (const SequenceStep& step : steps) {
+      for (TokenId id : step.tokens) dequantize_weight_row(weights_.token_embd, id, &x_[static_cast<size_t>(t++ * c.dim)]);
+    }
   }
 
   auto rms_norm_rows = [&](const std::vector<float>& weight) {
@@ -95,6 +122,7 @@ void LlamaModel::forward(const SequenceStep& step, KvStorage& cache, ThreadPool&
     });
   };
 
+  const bool hadamard = cache.keys_rotated();
   for (int l = 0; l < c.num_layers; ++l) {
     const LlamaLayerWeights& w = weights_.layers[static_cast<size_t>(l)];
     rms_norm_rows(w.attn_norm);
@@ -108,11 +136,10 @@ void LlamaModel::forward(const SequenceStep& step, KvStorage& cache, ThreadPool&
     // Keys are stored already rotated with their position, so cached keys never need work again.
     // A cache that stores keys Hadamard-rotated (KvStorage::keys_rotated) gets every head of the
     // keys and queries rotated after RoPE: q·k is unchanged, the key outliers are spread.
-    if (sink_queries) std::copy(q_.begin(), q_.end(), q_sink_.begin());
-    const bool hadamard = cache.keys_rotated();
+    if (any_sink_queries) std::copy(q_.begin(), q_.end(), q_sink_.begin());
     pool.parallel_for(n, 8, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
-        const Position pos = static_cast<Position>(first_position + t);
+        const Position pos = static_cast<Position>(positions_[static_cast<size_t>(t)]);
         float* q = &q_[static_cast<size_t>(t * c.q_dim())];
         float* k = &k_[static_cast<size_t>(t * c.kv_dim())];
         rope_apply(c.rope, q, c.num_heads, pos);
@@ -121,33 +148,43 @@ void LlamaModel::forward(const SequenceStep& step, KvStorage& cache, ThreadPool&
           hadamard_rotate_heads(q, c.num_heads, c.head_dim);
           hadamard_rotate_heads(k, c.num_kv_heads, c.head_dim);
         }
-        if (sink_queries) {
+        const int64_t sink_pos = sink_positions_[static_cast<size_t>(t)];
+        if (sink_pos >= 0) {
           float* q_sink = &q_sink_[static_cast<size_t>(t * c.q_dim())];
-          rope_apply(c.rope, q_sink, c.num_heads, static_cast<Position>(step.first_sink_query_position + t));
+          rope_apply(c.rope, q_sink, c.num_heads, static_cast<Position>(sink_pos));
           if (hadamard) hadamard_rotate_heads(q_sink, c.num_heads, c.head_dim);
         }
       }
     });
-    // KIVI encodes each block as the residual window leaves it (the write is all there is for other codecs).
-    cache.write_tokens(l, step.block_table, step.num_cached_tokens, n, k_.data(), v_.data());
 
-    PagedAttentionArgs args;
-    args.storage = &cache;
-    args.layer = l;
-    args.block_table = step.block_table.data();
-    args.num_table_blocks = static_cast<int>(step.block_table.size());
-    args.num_context_tokens = static_cast<int>(num_context);
-    args.num_queries = static_cast<int>(n);
-    args.num_heads = c.num_heads;
-    args.q = q_.data();
-    args.out = att_.data();
-    args.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-    args.num_sink_tokens = step.num_sink_tokens;
-    args.window_begin = step.window_begin;
-    args.q_sink = sink_queries ? q_sink_.data() : nullptr;
-    args.token_weights = step.slot_weights;  // summed over layers, as it accumulates
-    args.first_weight_query = step.slot_weights != nullptr ? static_cast<int>(n) - step.num_weight_queries : 0;
-    paged_attention(args, pool);
+    int64_t first = 0;  // the sequence's first token in the batch
+    for (const SequenceStep& step : steps) {
+      const int64_t len = static_cast<int64_t>(step.tokens.size());
+      const int64_t num_context = step.num_cached_tokens + len;
+      // KIVI encodes each block as the residual window leaves it (the write is all there is for other codecs).
+      cache.write_tokens(l, step.block_table, step.num_cached_tokens, static_cast<int>(len),
+                         &k_[static_cast<size_t>(first * c.kv_dim())], &v_[static_cast<size_t>(first * c.kv_dim())]);
+
+      PagedAttentionArgs args;
+      args.storage = &cache;
+      args.layer = l;
+      args.block_table = step.block_table.data();
+      args.num_table_blocks = static_cast<int>(step.block_table.size());
+      args.num_context_tokens = static_cast<int>(num_context);
+      args.num_queries = static_cast<int>(len);
+      args.num_heads = c.num_heads;
+      args.q = &q_[static_cast<size_t>(first * c.q_dim())];
+      args.out = &att_[static_cast<size_t>(first * c.q_dim())];
+      args.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+      args.num_sink_tokens = step.num_sink_tokens;
+      args.window_begin = step.window_begin;
+      args.q_sink = sink_positions_[static_cast<size_t>(first)] >= 0 ? &q_sink_[static_cast<size_t>(first * c.q_dim())]
+                                                                     : nullptr;
+      args.token_weights = step.slot_weights;  // summed over layers, as it accumulates
+      args.first_weight_query = step.slot_weights != nullptr ? static_cast<int>(len) - step.num_weight_queries : 0;
+      paged_attention(args, pool);
+      first += len;
+    }
 
     matmul(w.wo, att_.data(), proj_.data(), n, pool);
     add_into(x_.data(), proj_.data(), n * c.dim);
@@ -161,14 +198,20 @@ void LlamaModel::forward(const SequenceStep& step, KvStorage& cache, ThreadPool&
   }
   kv_projections_computed_ += static_cast<uint64_t>(n);
 
-  const int64_t first_row = step.logits_rows == LogitsRows::kLast ? n - 1 : 0;
-  const int64_t num_rows = n - first_row;
-  for (int64_t t = first_row; t < n; ++t) {
-    rms_norm(&x_[static_cast<size_t>(t * c.dim)], weights_.output_norm.data(),
-             &xn_[static_cast<size_t>((t - first_row) * c.dim)], c.dim, c.rms_eps);
+  // The rows whose logits are wanted, packed at the front of xn_.
+  int64_t row = 0;
+  int64_t first = 0;
+  for (const SequenceStep& step : steps) {
+    const int64_t len = static_cast<int64_t>(step.tokens.size());
+    const int64_t from = step.logits_rows == LogitsRows::kLast ? len - 1 : 0;
+    for (int64_t t = first + from; t < first + len; ++t, ++row) {
+      rms_norm(&x_[static_cast<size_t>(t * c.dim)], weights_.output_norm.data(),
+               &xn_[static_cast<size_t>(row * c.dim)], c.dim, c.rms_eps);
+    }
+    first += len;
   }
-  logits.resize(static_cast<size_t>(num_rows * c.vocab_size));
-  matmul(weights_.output, xn_.data(), logits.data(), num_rows, pool);
+  logits.resize(static_cast<size_t>(num_logits_rows * c.vocab_size));
+  matmul(weights_.output, xn_.data(), logits.data(), num_logits_rows, pool);
 }
 
 }  // namespace kvlm

@@ -66,6 +66,14 @@ class LlamaModel {
   // returns their logits in `logits` ([rows, vocab], resized). Not thread-safe: one step at a time.
   void forward(const SequenceStep& step, KvStorage& cache, ThreadPool& pool, std::vector<float>& logits);
 
+  // One forward over the new tokens of several sequences (a batch): the matmuls run once over
+  // all of them, so every weight is read once per step; RoPE, the K/V write and attention run
+  // per sequence over its own block table, positions and visible ranges. `logits` gets each
+  // step's rows in order (1 for kLast, its tokens for kAll): [sum of rows, vocab]. Sequences
+  // must not share a block they write (the cache manager copies shared blocks first).
+  void forward_batch(std::span<const SequenceStep> steps, KvStorage& cache, ThreadPool& pool,
+                     std::vector<float>& logits);
+
   // Count of K/V projections computed so far (one per token per forward): the cache's savings.
   uint64_t kv_projections_computed() const { return kv_projections_computed_; }
 
@@ -89,6 +97,8 @@ class LlamaModel {
   std::vector<float> proj_;     // [n, dim]
   std::vector<float> gate_;     // [n, ffn_dim]
   std::vector<float> up_;       // [n, ffn_dim]
+  std::vector<int64_t> positions_;       // [n] each token's text position (RoPE)
+  std::vector<int64_t> sink_positions_;  // [n] its position within the cache, -1 = no second rotation
 };
 
 }  // namespace kvlm

@@ -194,8 +194,8 @@ TEST(CliPlan, BadInputsAreOneLineErrors) {
       {"--preset llama-3-8b --policy streaming", "--policy streaming needs --budget"},
       {"--preset llama-3-8b --policy lru --budget 100", "unknown eviction policy 'lru'"},
       {"--preset llama-3-8b --policy snapkv --budget 1", "--policy snapkv needs --budget >= 2"},
-      {"--preset llama-3-8b --budget 100", "--budget needs --policy"},
-      {"--preset llama-3-8b --policy h2o --budget 100 --sinks 2", "--sinks applies to --policy streaming"},
+      {"--preset llama-3-8b --budget 100", "--budget does nothing with --policy none"},
+      {"--preset llama-3-8b --policy h2o --budget 100 --sinks 2", "--sinks does nothing with --policy h2o"},
       {"--preset llama-3-8b --policy streaming --budget 4 --sinks 4", "--sinks 4 must be in [0, --budget 4)"},
   };
   for (const Case& c : cases) {

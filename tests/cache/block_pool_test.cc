@@ -65,6 +65,40 @@ TEST(BlockPool, SharedBlockIsFreedOnlyByTheLastRelease) {
   EXPECT_EQ(ids(pool.free_queue()), (std::vector<int>{1, 0}));
 }
 
+// A prefix hit on a free block takes it from wherever it sits; the rest keep their order.
+TEST(BlockPool, TakeFreeRemovesABlockFromAnywhereInTheQueue) {
+  BlockPool pool(5);
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(pool.allocate());
+  for (int id : {3, 0, 4, 1}) pool.release(BlockId(id));
+  EXPECT_EQ(ids(pool.free_queue()), (std::vector<int>{3, 0, 4, 1}));
+  EXPECT_TRUE(pool.is_free(BlockId(0)));
+  EXPECT_FALSE(pool.is_free(BlockId(2)));
+  pool.take_free(BlockId(0));  // the middle
+  EXPECT_EQ(pool.ref_count(BlockId(0)), 1);
+  EXPECT_FALSE(pool.is_free(BlockId(0)));
+  EXPECT_EQ(ids(pool.free_queue()), (std::vector<int>{3, 4, 1}));
+  EXPECT_EQ(pool.num_free(), 3);
+  pool.take_free(BlockId(1));  // the back
+  EXPECT_EQ(ids(pool.free_queue()), (std::vector<int>{3, 4}));
+  pool.take_free(BlockId(3));  // the front
+  EXPECT_EQ(ids(pool.free_queue()), (std::vector<int>{4}));
+  // The links stay sound: releases join the back, allocation takes the front.
+  pool.release(BlockId(0));
+  pool.release(BlockId(3));
+  EXPECT_EQ(ids(pool.free_queue()), (std::vector<int>{4, 0, 3}));
+  pool.take_free(BlockId(4));  // the front again
+  EXPECT_EQ(pool.allocate()->value, 0);
+  EXPECT_EQ(pool.allocate()->value, 3);
+  EXPECT_EQ(pool.num_free(), 0);
+  EXPECT_TRUE(pool.free_queue().empty());
+  pool.release(BlockId(2));
+  pool.take_free(BlockId(2));  // the only block in the queue
+  EXPECT_TRUE(pool.free_queue().empty());
+  EXPECT_EQ(pool.allocate(), std::nullopt);
+  pool.release(BlockId(1));
+  EXPECT_EQ(ids(pool.free_queue()), (std::vector<int>{1}));
+}
+
 TEST(BlockPool, EmptyPoolHasNoRoom) {
   BlockPool pool(0);
   EXPECT_EQ(pool.num_free(), 0);
@@ -79,6 +113,8 @@ TEST(BlockPoolDeathTest, MisuseAborts) {
   EXPECT_DEATH(pool.acquire(BlockId(1)), "which is free");
   EXPECT_DEATH(pool.release(BlockId(2)), "block 2 out of range");
   EXPECT_DEATH(pool.ref_count(BlockId(-1)), "out of range");
+  EXPECT_EQ(pool.allocate()->value, 1);
+  EXPECT_DEATH(pool.take_free(BlockId(1)), "take_free of block 1 which is in use \\(ref count 1\\)");
 }
 
 }  // namespace

@@ -1,0 +1,122 @@
+// Engine: many requests in one KV pool — continuous batching, prefix caching, preemption.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "cache/kv_cache_manager.h"
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "engine/engine_metrics.h"
+#include "engine/request.h"
+#include "kv/kv_storage.h"
+#include "kv/kv_type.h"
+
+namespace kvlm {
+
+class LlamaModel;
+struct EngineRequest;
+
+struct EngineOptions {
+  // The pool: one KV codec for every request (it is a property of the blocks' bytes).
+  KvType k_type = KvType::kF16;
+  KvType v_type = KvType::kF16;
+  KvStorageOptions storage;
+  int block_size = 16;
+  int num_blocks = 0;            // blocks in the pool (each addresses every layer)
+  int max_batch_tokens = 512;    // tokens per step (decode tokens + prompt chunks)
+  int max_seqs = 64;             // requests running at once
+  bool prefix_caching = true;
+};
+
+// Scheduling (vLLM v1's one invariant): every request's computed tokens catch up to its known
+// tokens (prompt + generated). Each step fills a token budget: running requests first, in
+// priority then admission order (decode tokens, then unfinished prompt chunks), then waiting
+// ones, admitted only while their next chunk's blocks fit. There are no prefill/decode modes: a
+// long prompt advances a chunk per step beside the decodes. When a running request cannot get
+// a block, the lowest-priority, most recently admitted running request is preempted: its blocks
+// go back (published ones stay findable, so it usually resumes from the prefix cache) and it
+// returns to the front of the waiting queue; it later produces exactly what it would have.
+//
+// Threads: submit, cancel and metrics may be called from any thread. step() runs on one thread
+// at a time (the caller's, or the engine's own after start()); callbacks run on it.
+class Engine {
+ public:
+  static Result<std::unique_ptr<Engine>> create(LlamaModel& model, ThreadPool& pool, const EngineOptions& options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Validates the request and queues it. Errors (nothing queued): an empty prompt, tokens
+  // outside the vocabulary, a prompt beyond the model's context (without a window policy),
+  // bad sampling or eviction options, a request that could never fit the pool even alone.
+  Result<RequestId> submit(RequestOptions request, TokenCallback on_event);
+  // Ends a request at any time; its last event says kCancelled. False when it is unknown or
+  // already finished.
+  bool cancel(RequestId id);
+
+  // One batched forward over the scheduled tokens. False when there was nothing to do.
+  bool step();
+  // Steps until no request is waiting or running.
+  void run_until_idle();
+  // A thread of the engine's own steps whenever there is work; stop() joins it (requests
+  // still in flight are cancelled).
+  void start();
+  void stop();
+
+  EngineMetrics metrics() const;
+  const EngineOptions& options() const { return options_; }
+  const KvStorage& storage() const { return *storage_; }
+  const KvCacheManager& cache() const { return cache_; }
+  LlamaModel& model() { return model_; }
+  // The blocks a request of `total_tokens` (prompt + output) needs under `eviction`.
+  int blocks_for_request(const EvictionOptions& eviction, int64_t total_tokens) const;
+  // Every block free or cached-free with ref count 0 when no request is in flight: the count
+  // of blocks held by nobody's request that are not back (must be 0).
+  int leaked_blocks() const;
+
+ private:
+  Engine(LlamaModel& model, ThreadPool& pool, const EngineOptions& options, std::unique_ptr<KvStorage> storage);
+
+  void take_submissions();           // moves new requests and cancellations in (under mutex_)
+  void schedule_and_run();
+  bool admit(EngineRequest& request);  // attaches its prefix hit; false when it cannot start now
+  void preempt(EngineRequest& request);
+  void finish(EngineRequest& request, FinishReason reason, std::string error = {});
+  void release(EngineRequest& request);  // gives its sequence's blocks back
+  void publish_full_blocks(EngineRequest& request);
+  void after_forward(EngineRequest& request, int taken, const float* logits, int num_rows);
+  void emit(EngineRequest& request, TokenId token, std::string text, FinishReason reason);
+  void note_usage();
+
+  LlamaModel& model_;
+  ThreadPool& pool_;
+  EngineOptions options_;
+  std::unique_ptr<KvStorage> storage_;
+  KvCacheManager cache_;
+  std::string cache_identity_;
+
+  // Owned by the stepping thread.
+  std::vector<std::unique_ptr<EngineRequest>> running_;  // admission order
+  std::deque<std::unique_ptr<EngineRequest>> waiting_;   // preempted ones at the front
+  uint64_t next_admission_ = 0;
+  std::vector<float> logits_;
+
+  // Shared with submitters (mutex_).
+  mutable std::mutex mutex_;
+  std::condition_variable work_;
+  std::vector<std::unique_ptr<EngineRequest>> submitted_;
+  std::vector<RequestId> cancelled_;
+  std::unordered_map<int32_t, bool> in_flight_;  // request id -> still running or waiting
+  int32_t next_request_id_ = 0;
+  EngineMetrics metrics_;  // counters updated under mutex_; gauges refreshed after each step
+  std::thread thread_;
+  bool stopping_ = false;
+};
+
+}  // namespace kvlm
