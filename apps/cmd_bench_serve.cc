@@ -15,6 +15,7 @@
 
 #include "cli_error.h"
 #include "commands.h"
+#include "core/check.h"
 #include "core/rng.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
@@ -37,7 +38,7 @@ struct BenchServeFlags {
   int pool_blocks = 0;         // 0 (not given): enough for `concurrency` requests, see default_pool_blocks
   int block_size = 16;
   int max_batch_tokens = 512;
-  int max_seqs = 0;            // 0 (not given): --concurrency
+  int max_seqs = 0;  // 0 (not given): --concurrency
   KvTypeFlags kv;
   int threads = 0;
   uint64_t seed = 42;
@@ -85,9 +86,10 @@ std::vector<std::vector<TokenId>> make_prompts(int num_requests, int num_tokens,
   auto in_range = [&](TokenId id) { return id >= 1 && id < vocab_size; };
   const int num_usable = vocab_size - 1 - (in_range(bos) ? 1 : 0) - (in_range(eos) && eos != bos ? 1 : 0);
   if (num_usable < 1) {
-    throw CliError(fmt::format("the model's vocabulary of {} has no token id in [1, {}) that is neither BOS nor EOS "
-                               "to build prompts from",
-                               vocab_size, vocab_size));
+    throw CliError(
+        fmt::format("the model's vocabulary of {} has no token id in [1, {}) that is neither BOS nor EOS "
+                    "to build prompts from",
+                    vocab_size, vocab_size));
   }
   auto draw = [&](Rng& rng) {
     for (;;) {
@@ -128,7 +130,7 @@ std::optional<double> mean(const std::vector<double>& values) {
 // reads this between steps without a lock; callbacks only record, they never step or submit.
 struct Completions {
   int num_in_flight = 0;
-  int num_finished = 0;            // any last event
+  int num_finished = 0;             // any last event
   int64_t num_tokens_streamed = 0;  // token events, for the progress line
   std::vector<RequestStats> stats;  // requests that ended with stop or length
   std::vector<std::string> errors;  // "request 3: error: ..." for every other end
@@ -198,6 +200,7 @@ ServeResult serve(Engine& engine, const std::vector<std::vector<TokenId>>& promp
       Result<RequestId> id = engine.submit(std::move(request), std::move(on_event));
       if (!id.ok()) {
         engine.stop();  // cancels the requests in flight while `done`, which their callbacks write, still exists
+        progress.finish();
         throw CliError(fmt::format("request {}: {}", idx, id.status().message()));
       }
       ++done.num_in_flight;
@@ -207,11 +210,10 @@ ServeResult serve(Engine& engine, const std::vector<std::vector<TokenId>>& promp
   const Clock::time_point start = Clock::now();
   submit_up_to_concurrency();
   while (done.num_finished < num_requests) {
-    if (!engine.step()) {
-      engine.stop();
-      throw CliError(fmt::format("the engine went idle with {} of {} requests unfinished", num_requests -
-                                 done.num_finished, num_requests));
-    }
+    // Every request submitted and not finished is waiting or running, so there is work.
+    const bool stepped = engine.step();
+    KVLM_CHECK(stepped, "the engine went idle with {} of {} requests finished, {} in flight", done.num_finished,
+               num_requests, done.num_in_flight);
     submit_up_to_concurrency();
     progress.update(done, seconds_since(start));
   }
@@ -296,16 +298,18 @@ nlohmann::json to_json(const BenchServeFlags& f, const RunSetup& setup, const Se
       {"wall_seconds", r.wall_seconds},
       {"requests_per_s", ratio(s.num_completed, r.wall_seconds)},
       {"output_tokens_per_s", ratio(static_cast<double>(s.num_output_tokens), r.wall_seconds)},
-      {"total_tokens_per_s",
-       ratio(static_cast<double>(s.num_prompt_tokens + s.num_output_tokens), r.wall_seconds)},
-      {"ttft_s", {{"p50", json_or_null(percentile(s.ttft, 0.5))},
-                  {"p99", json_or_null(percentile(s.ttft, 0.99))},
-                  {"mean", json_or_null(mean(s.ttft))}}},
-      {"tpot_s", {{"p50", json_or_null(percentile(s.tpot, 0.5))},
-                  {"p99", json_or_null(percentile(s.tpot, 0.99))},
-                  {"mean", json_or_null(mean(s.tpot))},
-                  {"method", "per request: mean gap between its output tokens = (last - first token) / "
-                             "(completion_tokens - 1)"}}},
+      {"total_tokens_per_s", ratio(static_cast<double>(s.num_prompt_tokens + s.num_output_tokens), r.wall_seconds)},
+      {"ttft_s",
+       {{"p50", json_or_null(percentile(s.ttft, 0.5))},
+        {"p99", json_or_null(percentile(s.ttft, 0.99))},
+        {"mean", json_or_null(mean(s.ttft))}}},
+      {"tpot_s",
+       {{"p50", json_or_null(percentile(s.tpot, 0.5))},
+        {"p99", json_or_null(percentile(s.tpot, 0.99))},
+        {"mean", json_or_null(mean(s.tpot))},
+        {"method",
+         "per request: mean gap between its output tokens = (last - first token) / "
+         "(completion_tokens - 1)"}}},
       {"prefix",
        {{"hit_tokens", m.prefix_hit_tokens},
         {"query_tokens", m.prefix_queries_tokens},
@@ -329,23 +333,28 @@ std::string ms(std::optional<double> seconds) {
   return seconds ? fmt::format("{:.2f} ms", *seconds * 1e3) : std::string("n/a (1 output token)");
 }
 
-std::string mib(uint64_t bytes) { return fmt::format("{:.2f} MiB", static_cast<double>(bytes) / (1024.0 * 1024.0)); }
+std::string human_bytes(uint64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (b >= 1024.0 * 1024.0 * 1024.0) return fmt::format("{:.2f} GiB", b / (1024.0 * 1024.0 * 1024.0));
+  if (b >= 1024.0 * 1024.0) return fmt::format("{:.2f} MiB", b / (1024.0 * 1024.0));
+  return fmt::format("{:.1f} KiB", b / 1024.0);
+}
 
 void print_table(const BenchServeFlags& f, const RunSetup& setup, const ServeResult& r, const Summary& s) {
   const EngineMetrics& m = r.metrics;
   std::printf("bench-serve: %s\n", f.model.c_str());
-  std::printf("%d requests, %d in flight; prompt %d tokens (first %d shared, %.2f), %d output tokens each, greedy, "
-              "seed %llu\n",
-              f.requests, f.concurrency, f.prompt_tokens, setup.shared_tokens, f.shared_prefix, f.output_tokens,
-              static_cast<unsigned long long>(f.seed));
+  std::printf(
+      "%d requests, %d in flight; prompt %d tokens (first %d shared, %.2f), %d output tokens each, greedy, "
+      "seed %llu\n",
+      f.requests, f.concurrency, f.prompt_tokens, setup.shared_tokens, f.shared_prefix, f.output_tokens,
+      static_cast<unsigned long long>(f.seed));
   const std::string kv = setup.k_type == setup.v_type ? setup.k_type : setup.k_type + "/" + setup.v_type;
   std::printf("KV %s, block size %d, pool %d blocks%s, max batch tokens %d, max seqs %d, threads %d\n\n", kv.c_str(),
-              f.block_size, setup.pool_blocks, setup.pool_auto ? " (default)" : "", f.max_batch_tokens,
-              setup.max_seqs, setup.threads);
+              f.block_size, setup.pool_blocks, setup.pool_auto ? " (default)" : "", f.max_batch_tokens, setup.max_seqs,
+              setup.threads);
 
   const uint64_t peak_bytes = static_cast<uint64_t>(m.peak_blocks_used) * m.bytes_per_block;
-  const double hit_rate =
-      ratio(static_cast<double>(m.prefix_hit_tokens), static_cast<double>(m.prefix_queries_tokens));
+  const double hit_rate = ratio(static_cast<double>(m.prefix_hit_tokens), static_cast<double>(m.prefix_queries_tokens));
   const std::vector<std::pair<std::string, std::string>> rows = {
       {"requests completed", fmt::format("{} / {}", s.num_completed, f.requests)},
       {"requests errored", fmt::format("{}", r.errors.size())},
@@ -360,12 +369,16 @@ void print_table(const BenchServeFlags& f, const RunSetup& setup, const ServeRes
       {"time per output token p99", ms(percentile(s.tpot, 0.99))},
       {"prefix hit rate", fmt::format("{:.1f}% ({} of {} tokens looked up)", 100 * hit_rate, m.prefix_hit_tokens,
                                       m.prefix_queries_tokens)},
+      {"prompt tokens cached at first admission",
+       fmt::format(
+           "{:.1f}% ({} of {})",
+           100 * ratio(static_cast<double>(s.num_cached_prompt_tokens), static_cast<double>(s.num_prompt_tokens)),
+           s.num_cached_prompt_tokens, s.num_prompt_tokens)},
       {"peak pool usage", fmt::format("{} of {} blocks ({:.1f}%), {} of {}", m.peak_blocks_used, m.blocks_total,
-                                      100 * ratio(m.peak_blocks_used, m.blocks_total), mib(peak_bytes),
-                                      mib(static_cast<uint64_t>(m.blocks_total) * m.bytes_per_block))},
+                                      100 * ratio(m.peak_blocks_used, m.blocks_total), human_bytes(peak_bytes),
+                                      human_bytes(static_cast<uint64_t>(m.blocks_total) * m.bytes_per_block))},
       {"preemptions", fmt::format("{}", m.preemptions)},
-      {"blocks leaked at the end", fmt::format("{} (and {} in use, of none running)", r.blocks_leaked,
-                                               r.blocks_used_at_end)},
+      {"blocks leaked at the end", fmt::format("{} ({} in use once idle)", r.blocks_leaked, r.blocks_used_at_end)},
   };
   size_t name_width = 6, value_width = 5;
   for (const auto& [name, value] : rows) {
@@ -378,8 +391,11 @@ void print_table(const BenchServeFlags& f, const RunSetup& setup, const ServeRes
     std::printf("| %-*s | %-*s |\n", static_cast<int>(name_width), name.c_str(), static_cast<int>(value_width),
                 value.c_str());
   }
-  std::printf("\ntime per output token: per request, the mean gap between its output tokens = (last - first token) "
-              "/ (tokens - 1); percentiles over requests, linearly interpolated\n");
+  std::printf(
+      "\ntime per output token: per request, the mean gap between its output tokens = (last - first token) "
+      "/ (tokens - 1); percentiles over requests, linearly interpolated\n"
+      "prefix hit rate: the engine's lookups, which count every admission attempt (a waiting request retried, a "
+      "preempted one finding its own blocks); first admission: the shared prefix alone\n");
   for (const std::string& e : r.errors) std::printf("%s\n", e.c_str());
 }
 
@@ -406,7 +422,7 @@ void run_bench_serve(const BenchServeFlags& f, const BenchServeFlagsGiven& given
   // stays cached beside them.
   if (given.pool_blocks) {
     setup.pool_blocks = f.pool_blocks;
-  } else if (f.block_size >= 1) {
+  } else if (f.block_size >= 1) {  // a bad --block-size is Engine::create's error, below
     const int64_t per_request = ceil_div(static_cast<int64_t>(f.prompt_tokens) + f.output_tokens, f.block_size);
     const int64_t blocks = per_request * f.concurrency + ceil_div(setup.shared_tokens, f.block_size);
     constexpr int64_t kMaxBlocks = int64_t{1} << 30;
@@ -440,12 +456,12 @@ void run_bench_serve(const BenchServeFlags& f, const BenchServeFlagsGiven& given
                                r.blocks_leaked, r.blocks_used_at_end));
   }
   if (!r.errors.empty()) {
-    throw CliError(fmt::format("{} of {} requests did not complete; first: {}", r.errors.size(), f.requests,
-                               r.errors.front()));
+    throw CliError(
+        fmt::format("{} of {} requests did not complete; first: {}", r.errors.size(), f.requests, r.errors.front()));
   }
   if (s.num_short != 0) {
-    throw CliError(fmt::format("{} requests finished with fewer than --output-tokens {}", s.num_short,
-                               f.output_tokens));
+    throw CliError(
+        fmt::format("{} requests finished with fewer than --output-tokens {}", s.num_short, f.output_tokens));
   }
 }
 
@@ -454,15 +470,16 @@ void run_bench_serve(const BenchServeFlags& f, const BenchServeFlagsGiven& given
 CLI::App* add_bench_serve_command(CLI::App& app) {
   auto flags = std::make_shared<BenchServeFlags>();
   CLI::App* cmd = app.add_subcommand(
-      "bench-serve", "Serve N synthetic requests, C at a time, through one engine: throughput, TTFT, time per output "
-                     "token, prefix hits, pool use");
+      "bench-serve",
+      "Serve N synthetic requests, C at a time, through one engine: throughput, TTFT, time per output "
+      "token, prefix hits, pool use");
   cmd->add_option("--model,-m", flags->model, "GGUF model file")->required();
   cmd->add_option("--requests", flags->requests, "requests to serve")->capture_default_str();
-  cmd->add_option("--concurrency", flags->concurrency, "requests in flight at once (the next is submitted as one "
-                                                          "finishes)")
+  cmd->add_option("--concurrency", flags->concurrency,
+                  "requests in flight at once (the next is submitted as one "
+                  "finishes)")
       ->capture_default_str();
-  cmd->add_option("--prompt-tokens", flags->prompt_tokens, "random prompt tokens per request")
-      ->capture_default_str();
+  cmd->add_option("--prompt-tokens", flags->prompt_tokens, "random prompt tokens per request")->capture_default_str();
   cmd->add_option("--output-tokens", flags->output_tokens, "tokens generated per request (greedy, EOS ignored)")
       ->capture_default_str();
   cmd->add_option("--shared-prefix", flags->shared_prefix,
@@ -482,8 +499,8 @@ CLI::App* add_bench_serve_command(CLI::App& app) {
   cmd->add_flag("--json", flags->json, "print one JSON object with every number on stdout");
   cmd->add_flag("--quiet,-q", flags->quiet, "no progress line on stderr (shown only when stderr is a terminal)");
   cmd->callback([flags, pool_blocks, max_seqs] {
-    run_bench_serve(*flags, BenchServeFlagsGiven{.pool_blocks = pool_blocks->count() > 0,
-                                                 .max_seqs = max_seqs->count() > 0});
+    run_bench_serve(*flags,
+                    BenchServeFlagsGiven{.pool_blocks = pool_blocks->count() > 0, .max_seqs = max_seqs->count() > 0});
   });
   return cmd;
 }

@@ -263,9 +263,6 @@ bool Engine::admit(EngineRequest& r) {
     if (!hits.empty()) r.sequence->attach_prefix(hits);
     hit_tokens = static_cast<int>(hits.size()) * bs;
     r.num_published = static_cast<int>(hits.size());
-    std::lock_guard<std::mutex> lock(mutex_);
-    metrics_.prefix_queries_tokens += static_cast<int64_t>(r.tokens.size());
-    metrics_.prefix_hit_tokens += hit_tokens;
   }
   r.num_computed = hit_tokens;
   if (!r.admitted_before) r.stats.cached_prompt_tokens = hit_tokens;
@@ -438,6 +435,13 @@ void Engine::schedule_and_run() {
     }
     r.planned = taken;
     budget -= taken;
+    if (options_.prefix_caching) {
+      // Lookups count when the request starts, not for each try of a head that did not fit;
+      // num_computed is still the hit here (the forward has not run).
+      std::lock_guard<std::mutex> lock(mutex_);
+      metrics_.prefix_queries_tokens += static_cast<int64_t>(r.tokens.size());
+      metrics_.prefix_hit_tokens += r.num_computed;
+    }
     r.admission = next_admission_++;
     r.admitted_before = true;
     planned.push_back(&r);
