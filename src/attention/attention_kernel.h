@@ -31,7 +31,10 @@ struct AttentionWork {
   // row (query * num_heads + head), column token: what attention weights are computed from
   // once the rows' softmax maxima and sums are known (H2O, SnapKV). Tokens no row sees are
   // not written.
-  float* scores = nullptr;  // [num_queries * num_heads, num_context_tokens]
+  // Only the queries from first_score_query on have rows (SnapKV asks for its observation
+  // window alone), so the buffer is [(num_queries - first_score_query) * num_heads, ...].
+  float* scores = nullptr;  // [(num_queries - first_score_query) * num_heads, num_context_tokens]
+  int first_score_query = 0;
 };
 
 // One task: the query heads of one kv head, for queries [query_begin, query_end),

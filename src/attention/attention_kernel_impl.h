@@ -760,9 +760,10 @@ struct AttentionKernel {
         }
         for (int i = 0; i < nr; ++i) {
           const int num_valid = max_int(0, min_int(n, row_end(r0 + i) - t0));
-          if (w.scores != nullptr && num_valid > 0) {
-            const int r = r0 + i;
-            const size_t row = static_cast<size_t>(task.query_begin + r / G) * static_cast<size_t>(H) +
+          const int r = r0 + i;
+          if (w.scores != nullptr && num_valid > 0 && task.query_begin + r / G >= w.first_score_query) {
+            const size_t row = static_cast<size_t>(task.query_begin + r / G - w.first_score_query) *
+                                   static_cast<size_t>(H) +
                                static_cast<size_t>(task.kv_head * G + r % G);
             float* dst = w.scores + row * static_cast<size_t>(w.num_context_tokens) + t0;
             for (int t = 0; t < num_valid; ++t) dst[t] = s[i * kTileTokens + t];

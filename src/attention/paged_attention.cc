@@ -122,7 +122,7 @@ void add_token_weights(const PagedAttentionArgs& args, int num_chunks, size_t nu
   const size_t ctx = static_cast<size_t>(args.num_context_tokens);
   pool.parallel_for(static_cast<int64_t>(ctx), 512, [&](int64_t begin, int64_t end) {
     for (size_t row = first_row; row < num_rows; ++row) {
-      const float* s = scores + row * ctx;
+      const float* s = scores + (row - first_row) * ctx;  // rows exist from first_row on
       for (int64_t t = begin; t < end; ++t) {
         if (s[t] == -std::numeric_limits<float>::infinity()) continue;
         args.token_weights[t] += std::exp(s[t] - row_max[row]) * row_inv_sum[row];
@@ -237,11 +237,17 @@ void paged_attention(const PagedAttentionArgs& args, ThreadPool& pool, Attention
   }
 
   // Scores of every (row, token) a row sees, when weights are wanted; -inf elsewhere.
+  // Only the weighted queries' rows: a SnapKV prompt step needs its observation window's
+  // window × heads × context floats, not the whole prompt's.
   thread_local std::vector<float> scores;
   if (args.token_weights != nullptr) {
-    scores.assign(num_rows * static_cast<size_t>(args.num_context_tokens), -std::numeric_limits<float>::infinity());
+    const size_t score_rows =
+        static_cast<size_t>(args.num_queries - args.first_weight_query) * static_cast<size_t>(args.num_heads);
+    scores.assign(score_rows * static_cast<size_t>(args.num_context_tokens), -std::numeric_limits<float>::infinity());
     work.scores = scores.data();
+    work.first_score_query = args.first_weight_query;
     sink_work.scores = scores.data();
+    sink_work.first_score_query = args.first_weight_query;
   }
 
   // Task order: kv head, query tile, chunk.
@@ -288,6 +294,9 @@ void paged_attention(const PagedAttentionArgs& args, ThreadPool& pool, Attention
   }
   if (args.token_weights != nullptr) {
     add_token_weights(args, num_chunks, num_rows, partial_max, partial_sum, scores.data(), pool);
+    // One long step's buffer is not kept for the life of the thread.
+    constexpr size_t kKeptScoreFloats = size_t{16} << 20;  // 64 MiB
+    if (scores.capacity() > kKeptScoreFloats) std::vector<float>().swap(scores);
   }
 }
 

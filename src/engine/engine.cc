@@ -383,30 +383,60 @@ void Engine::schedule_and_run() {
     return *taken;
   };
 
-  // Running requests first. A request that cannot get its blocks preempts the lowest-priority,
-  // most recently admitted one not yet planned (the back of the order), possibly itself.
-  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
-    EngineRequest& r = *running_[i];
-    if (r.done) continue;
-    for (;;) {
+  // Running requests first: decode tokens, then unfinished prompt chunks, so a long prompt
+  // never stalls the decodes. A request that cannot get its blocks preempts the lowest-priority,
+  // most recently admitted running request not planned this step — or waits itself, preempted,
+  // when that one ranks above it.
+  std::vector<EngineRequest*> preempted;  // in preemption order
+  auto preempt_for = [&](EngineRequest& r) -> bool {  // false: r itself was preempted
+    EngineRequest* victim = nullptr;
+    for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+      EngineRequest* v = it->get();
+      if (v != &r && !v->done && v->planned == 0 && v->sequence) {
+        victim = v;
+        break;
+      }
+    }
+    const bool victim_ranks_lower =
+        victim != nullptr && (victim->options.priority != r.options.priority
+                                  ? victim->options.priority < r.options.priority
+                                  : victim->admission > r.admission);
+    EngineRequest& out = victim_ranks_lower ? *victim : r;
+    preempt(out);
+    preempted.push_back(&out);
+    return &out != &r;
+  };
+  auto plan_running = [&](EngineRequest& r) {
+    while (budget > 0 && !r.done && r.sequence) {
       const int taken = plan(r);
       if (taken > 0) {
         r.planned = taken;
         budget -= taken;
         planned.push_back(&r);
-        break;
+        return;
       }
-      if (taken < 0) break;
-      if (r.replaying && r.step_sizes[r.replay_next] > budget) break;  // its step waits for a fuller budget
-      size_t victim = running_.size() - 1;
-      while (victim > i && running_[victim]->done) --victim;
-      EngineRequest& v = *running_[victim];
-      preempt(v);
-      waiting_.push_front(std::move(running_[victim]));
-      running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(victim));
-      if (victim == i) break;
+      if (taken < 0) return;
+      if (r.replaying && r.step_sizes[r.replay_next] > budget) return;  // its step waits for a fuller budget
+      if (!preempt_for(r)) return;
     }
-    if (i >= running_.size() || running_[i].get() != &r) break;  // r itself was preempted
+  };
+  auto is_decode = [](const EngineRequest& r) {
+    return !r.replaying && r.num_computed >= r.num_prompt &&
+           static_cast<int>(r.tokens.size()) - r.num_computed == 1;
+  };
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t i = 0; i < running_.size(); ++i) {
+      EngineRequest& r = *running_[i];
+      if (r.planned == 0 && is_decode(r) == (pass == 0)) plan_running(r);
+    }
+  }
+  // The preempted go back to the front of the queue; the last preempted (the highest ranked of
+  // them) ends up first.
+  for (EngineRequest* p : preempted) {
+    auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& q) { return q.get() == p; });
+    KVLM_CHECK(it != running_.end(), "preempted request {} is not running", p->id.value);
+    waiting_.push_front(std::move(*it));
+    running_.erase(it);
   }
 
   // Then waiting ones, in order, while their next chunk fits (a head that does not fit waits:

@@ -121,3 +121,25 @@ TEST(Cli, InspectShowsShapesAndKvBytes) {
 
 }  // namespace
 }  // namespace kvlm
+
+namespace kvlm {
+namespace {
+
+// Generated text is valid UTF-8 however the model splits characters: a random synthetic model
+// emits byte tokens that form no character, which once aborted `run --json` with a JSON
+// exception; now they become U+FFFD and the output parses.
+TEST(Cli, RunJsonOfARandomModelIsValidUtf8) {
+  const std::string model = (testing::scratch_dir("cli_utf8") / "tiny.gguf").string();
+  const auto s = run_command(kvlm_binary() + " synth --preset tiny-gqa --out " + model);
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  for (int seed : {1, 3, 5}) {
+    const auto r = run_command(kvlm_binary() + " run -m " + model + " -n 30 --seed " + std::to_string(seed) +
+                               " --json");
+    ASSERT_EQ(r.exit_code, 0) << "seed " << seed << ": " << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);  // throws on invalid UTF-8
+    EXPECT_TRUE(j.contains("text")) << r.out;
+  }
+}
+
+}  // namespace
+}  // namespace kvlm

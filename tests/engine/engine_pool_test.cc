@@ -121,6 +121,29 @@ TEST_F(EnginePoolTest, StopTokensAndStopStringsEndTheRequest) {
   expect_all_back(*engine);
 }
 
+TEST_F(EnginePoolTest, ALongPromptNeverStallsTheDecodes) {
+  // Budget 32 per step; a 200-token prompt arrives while two requests decode: they still get a
+  // token every step (decode tokens are scheduled before prompt chunks), and the prompt advances
+  // by what is left of the budget.
+  auto engine = Engine::create(*model_, pool_, options_).value();
+  RequestOutput a, b, long_prompt;
+  ASSERT_TRUE(engine->submit(greedy(random_prompt(5, 512, 11), 40), collect_into(a)).ok());
+  ASSERT_TRUE(engine->submit(greedy(random_prompt(6, 512, 12), 40), collect_into(b)).ok());
+  engine->step();  // both prompts, first tokens
+  RequestOptions urgent = greedy(random_prompt(200, 512, 13), 2);
+  urgent.priority = 1;  // ranks first, and still waits for the decodes' tokens
+  ASSERT_TRUE(engine->submit(urgent, collect_into(long_prompt)).ok());
+  for (int s = 0; s < 8; ++s) {
+    const size_t before_a = a.tokens.size(), before_b = b.tokens.size();
+    engine->step();
+    EXPECT_EQ(a.tokens.size(), before_a + 1) << "step " << s;
+    EXPECT_EQ(b.tokens.size(), before_b + 1) << "step " << s;
+  }
+  engine->run_until_idle();
+  EXPECT_EQ(long_prompt.finish, FinishReason::kLength);
+  expect_all_back(*engine);
+}
+
 // A pool model: which requests exist and what each must end as; the engine's cache is checked
 // after every step, and every request gets exactly one final event.
 TEST_F(EnginePoolTest, RandomizedSubmitStepCancelKeepsThePoolExact) {
