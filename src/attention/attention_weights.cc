@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "attention/query_rounding.h"
+#include "attention/rotated_queries.h"
 #include "core/check.h"
 
 namespace kvlm {
@@ -76,8 +77,13 @@ void score_tile(const float* q, const float* tile, int head_dim, float* acc) {
 
 }  // namespace
 
-void accumulate_attention_weights(const PagedAttentionArgs& args, std::span<float> token_weights, ThreadPool& pool) {
-  check_args(args, token_weights);
+void accumulate_attention_weights(const PagedAttentionArgs& given, std::span<float> token_weights, ThreadPool& pool) {
+  check_args(given, token_weights);
+  // Keys stored rotated are scored with queries rotated alike (rotated_queries.h).
+  thread_local std::vector<float> rotated_q, rotated_q_sink;
+  PagedAttentionArgs args = given;
+  args.q = queries_for_storage(*given.storage, given.q, given.num_queries, given.num_heads, rotated_q);
+  args.q_sink = queries_for_storage(*given.storage, given.q_sink, given.num_queries, given.num_heads, rotated_q_sink);
   const KvStorage& storage = *args.storage;
   const KvLayout& layout = storage.layout();
   const int T = args.num_context_tokens;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "attention/attention_kernel.h"
+#include "attention/rotated_queries.h"
 #include "core/check.h"
 #include "core/cpu_features.h"
 
@@ -166,8 +167,13 @@ AttentionIsa resolve_attention_isa(AttentionIsa isa, int head_dim) {
   return AttentionIsa::kPortable;
 }
 
-void paged_attention(const PagedAttentionArgs& args, ThreadPool& pool, AttentionIsa isa) {
-  check_args(args);
+void paged_attention(const PagedAttentionArgs& given, ThreadPool& pool, AttentionIsa isa) {
+  check_args(given);
+  // Keys stored rotated are scored with queries rotated alike (rotated_queries.h).
+  thread_local std::vector<float> rotated_q, rotated_q_sink;
+  PagedAttentionArgs args = given;
+  args.q = queries_for_storage(*given.storage, given.q, given.num_queries, given.num_heads, rotated_q);
+  args.q_sink = queries_for_storage(*given.storage, given.q_sink, given.num_queries, given.num_heads, rotated_q_sink);
   const KvStorage& storage = *args.storage;
   const KvLayout& layout = storage.layout();
 

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "core/check.h"
+#include "kv/hadamard.h"
 #include "kv/kv_block_format.h"
 
 namespace kvlm {
@@ -140,6 +141,11 @@ void KvStorage::write_token(int layer, BlockId block, int slot_in_block, const f
              slot_in_block, layout_.block_size);
   const size_t width = layout_.values_per_token();
   const size_t offset = static_cast<size_t>(slot_in_block) * width;
+  if (keys_rotated()) {
+    rotated_key_.assign(k, k + width);
+    hadamard_rotate_heads(rotated_key_.data(), layout_.num_kv_heads, layout_.head_dim);
+    k = rotated_key_.data();
+  }
   if (k_staging_.enabled) {
     float* rows = stage(k_staging_, *k_codec_, layer, block, mutable_k_block(layer, block));
     std::copy(k, k + width, rows + offset);
@@ -274,6 +280,7 @@ void KvStorage::read_token(int layer, BlockId block, int slot_in_block, float* k
   } else {
     v_codec_->decode_token(layout_, v_block(layer, block), slot_in_block, v);
   }
+  if (keys_rotated()) hadamard_rotate_heads(k, layout_.num_kv_heads, layout_.head_dim);  // H is its own inverse
 }
 
 const std::byte* KvStorage::k_block(int layer, BlockId block) const {

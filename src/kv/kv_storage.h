@@ -45,10 +45,11 @@ namespace kvlm {
 // forward pass makes them; attention only reads.
 //
 // Rotated keys. A per-token key scale (int8, int4) spends its range on a key's outlier
-// channels. With keys_rotated(), whoever writes keys (the model) stores each head rotated by a
-// normalized Walsh–Hadamard matrix H (ops/hadamard.h) and rotates its queries the same way;
-// H is orthogonal, so q·k and attention are unchanged while the outliers are spread over the
-// head before quantization. The storage itself only carries the flag.
+// channels. With keys_rotated(), the storage rotates every key head it is given by a normalized
+// Walsh–Hadamard matrix H (kv/hadamard.h) before encoding it, read_token rotates it back, and
+// attention (attention/) rotates its queries the same way before scoring: H is orthogonal, so
+// q·k and attention are unchanged while the outliers are spread over the head before
+// quantization. Writers (the model) and readers see keys in the model's own space.
 struct KvStorageOptions {
   int kivi_residual_tokens = 0;  // the KIVI residual window, rounded up to whole blocks; ignored for other types
   // Store keys rotated; unset: rotates_keys_by_default(k_type).
@@ -82,7 +83,7 @@ class KvStorage {
   // Encodes one token's K and V into (layer, block, slot) (KIVI roles: into the block's staging buffer).
   //   k, v: [num_kv_heads, head_dim]
   void write_token(int layer, BlockId block, int slot_in_block, const float* k, const float* v);
-  // Decodes one token's K and V back to f32.
+  // Decodes one token's K and V back to f32 (keys in the model's space: rotated back).
   //   k, v: [num_kv_heads, head_dim]
   void read_token(int layer, BlockId block, int slot_in_block, float* k, float* v) const;
   // Writes one sequence's tokens at positions [first_position, first_position + num_tokens) of
@@ -257,6 +258,7 @@ class KvStorage {
   std::vector<Arena> k_arenas_;  // [num_layers]
   std::vector<Arena> v_arenas_;  // [num_layers]
   KvStorageOptions options_;
+  std::vector<float> rotated_key_;  // [num_kv_heads, head_dim] write_token's rotated copy
   Staging k_staging_;
   Staging v_staging_;
   std::vector<std::unique_ptr<float[]>> staging_buffers_;  // every buffer ever allocated, [staging_floats()] each

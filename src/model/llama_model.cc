@@ -10,7 +10,6 @@
 #include "kv/kv_storage.h"
 #include "model/tokenizer_gguf.h"
 #include "ops/elementwise.h"
-#include "ops/hadamard.h"
 
 namespace kvlm {
 namespace {
@@ -122,7 +121,6 @@ void LlamaModel::forward_batch(std::span<const SequenceStep> steps, KvStorage& c
     });
   };
 
-  const bool hadamard = cache.keys_rotated();
   for (int l = 0; l < c.num_layers; ++l) {
     const LlamaLayerWeights& w = weights_.layers[static_cast<size_t>(l)];
     rms_norm_rows(w.attn_norm);
@@ -134,8 +132,7 @@ void LlamaModel::forward_batch(std::span<const SequenceStep> steps, KvStorage& c
     add_bias(v_.data(), w.bv, n);
 
     // Keys are stored already rotated with their position, so cached keys never need work again.
-    // A cache that stores keys Hadamard-rotated (KvStorage::keys_rotated) gets every head of the
-    // keys and queries rotated after RoPE: q·k is unchanged, the key outliers are spread.
+    // (A codec's own rotation of keys and queries, KvStorage::keys_rotated, is the KV side's.)
     if (any_sink_queries) std::copy(q_.begin(), q_.end(), q_sink_.begin());
     pool.parallel_for(n, 8, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
@@ -144,15 +141,10 @@ void LlamaModel::forward_batch(std::span<const SequenceStep> steps, KvStorage& c
         float* k = &k_[static_cast<size_t>(t * c.kv_dim())];
         rope_apply(c.rope, q, c.num_heads, pos);
         rope_apply(c.rope, k, c.num_kv_heads, pos);
-        if (hadamard) {
-          hadamard_rotate_heads(q, c.num_heads, c.head_dim);
-          hadamard_rotate_heads(k, c.num_kv_heads, c.head_dim);
-        }
         const int64_t sink_pos = sink_positions_[static_cast<size_t>(t)];
         if (sink_pos >= 0) {
           float* q_sink = &q_sink_[static_cast<size_t>(t * c.q_dim())];
           rope_apply(c.rope, q_sink, c.num_heads, static_cast<Position>(sink_pos));
-          if (hadamard) hadamard_rotate_heads(q_sink, c.num_heads, c.head_dim);
         }
       }
     });

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "attention/query_rounding.h"
+#include "kv/hadamard.h"
 
 namespace kvlm::testing {
 
@@ -115,10 +116,21 @@ std::vector<float> PagedAttentionFixture::run_paged(ThreadPool& pool, AttentionI
   return out;
 }
 
-static std::vector<float> reference(const PagedAttentionFixture& f, const std::vector<float>& k,
-                                    const std::vector<float>& v, std::vector<double>* weights, bool round_queries) {
+// The stored keys come back in the model's space (read_token rotates them back); a storage that
+// keeps them rotated is scored by the kernels with rotated queries, which is also where they
+// round their queries. The stored-space reference therefore works in the rotated space too.
+static std::vector<float> reference(const PagedAttentionFixture& f, const std::vector<float>& k_given,
+                                    const std::vector<float>& v, std::vector<double>* weights, bool round_queries,
+                                    bool storage_space = true) {
+  std::vector<float> q = f.q, q_sink = f.q_sink, k = k_given;
+  if (storage_space && f.storage->keys_rotated()) {
+    const int d = f.shape.head_dim;
+    hadamard_rotate_heads(q.data(), static_cast<int>(q.size()) / d, d);
+    if (!q_sink.empty()) hadamard_rotate_heads(q_sink.data(), static_cast<int>(q_sink.size()) / d, d);
+    hadamard_rotate_heads(k.data(), static_cast<int>(k.size()) / d, d);
+  }
   ReferenceAttentionArgs a;
-  a.q = f.q.data();
+  a.q = q.data();
   a.k = k.data();
   a.v = v.data();
   a.num_context_tokens = f.shape.num_context_tokens;
@@ -129,7 +141,7 @@ static std::vector<float> reference(const PagedAttentionFixture& f, const std::v
   a.scale = f.scale;
   a.num_sink_tokens = f.num_sink_tokens;
   a.window_begin = f.window_begin;
-  a.q_sink = f.q_sink.empty() ? nullptr : f.q_sink.data();
+  a.q_sink = q_sink.empty() ? nullptr : q_sink.data();
   a.weights = weights;
   a.round_queries = round_queries;
   return reference_attention(a);
@@ -142,7 +154,7 @@ std::vector<float> PagedAttentionFixture::run_reference_stored_exact_queries() c
   return reference(*this, k_stored, v_stored, nullptr, false);
 }
 std::vector<float> PagedAttentionFixture::run_reference_original() const {
-  return reference(*this, k, v, nullptr, false);
+  return reference(*this, k, v, nullptr, false, /*storage_space=*/false);
 }
 
 float max_abs(const std::vector<float>& x) {

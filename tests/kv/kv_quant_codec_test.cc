@@ -10,7 +10,7 @@
 #include "kv/kv_block_format.h"
 #include "kv/kv_codec.h"
 #include "kv/kv_storage.h"
-#include "ops/hadamard.h"
+#include "kv/hadamard.h"
 #include "kv/kv_type.h"
 
 namespace kvlm {

@@ -1,4 +1,4 @@
-#include "ops/hadamard.h"
+#include "kv/hadamard.h"
 
 #include <cmath>
 

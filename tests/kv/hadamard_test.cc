@@ -1,5 +1,5 @@
 // hadamard_rotate_heads against the explicit Walsh–Hadamard matrix, and the properties attention relies on.
-#include "ops/hadamard.h"
+#include "kv/hadamard.h"
 
 #include <gtest/gtest.h>
 
