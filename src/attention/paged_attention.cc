@@ -167,13 +167,66 @@ AttentionIsa resolve_attention_isa(AttentionIsa isa, int head_dim) {
   return AttentionIsa::kPortable;
 }
 
+namespace {
+
+// Queries [begin, end) of `a` as a call of their own: they are the last tokens of a context
+// that ends at the last of them (causal), so nothing else changes.
+PagedAttentionArgs query_slice(const PagedAttentionArgs& a, int begin, int end) {
+  const size_t row = static_cast<size_t>(a.num_heads) * static_cast<size_t>(a.storage->layout().head_dim);
+  PagedAttentionArgs s = a;
+  s.num_context_tokens = a.num_context_tokens - (a.num_queries - end);
+  s.num_queries = end - begin;
+  s.q = a.q + static_cast<size_t>(begin) * row;
+  s.out = a.out + static_cast<size_t>(begin) * row;
+  s.q_sink = a.q_sink != nullptr ? a.q_sink + static_cast<size_t>(begin) * row : nullptr;
+  s.first_weight_query = std::max(0, a.first_weight_query - begin);
+  return s;
+}
+
+void run_attention(const PagedAttentionArgs& args, ThreadPool& pool, AttentionIsa isa);
+
+}  // namespace
+
 void paged_attention(const PagedAttentionArgs& given, ThreadPool& pool, AttentionIsa isa) {
+  attention_internal::paged_attention_with_score_limit(given, pool, isa, attention_internal::kMaxScoreFloats);
+}
+
+namespace attention_internal {
+
+void paged_attention_with_score_limit(const PagedAttentionArgs& given, ThreadPool& pool, AttentionIsa isa,
+                                      size_t max_score_floats) {
   check_args(given);
   // Keys stored rotated are scored with queries rotated alike (rotated_queries.h).
   thread_local std::vector<float> rotated_q, rotated_q_sink;
   PagedAttentionArgs args = given;
   args.q = queries_for_storage(*given.storage, given.q, given.num_queries, given.num_heads, rotated_q);
   args.q_sink = queries_for_storage(*given.storage, given.q_sink, given.num_queries, given.num_heads, rotated_q_sink);
+  // Weights keep a score per (weighted query, head, token) until the rows' softmax sums are
+  // known; a long H2O prompt step would hold queries × heads × context floats. Past the limit
+  // the step runs as slices of queries, each with its own score buffer (the sums add up).
+  const size_t floats_per_query = static_cast<size_t>(args.num_heads) * static_cast<size_t>(args.num_context_tokens);
+  const int weighted = args.num_queries - args.first_weight_query;
+  if (args.token_weights != nullptr && static_cast<size_t>(weighted) * floats_per_query > max_score_floats) {
+    const int per_slice = static_cast<int>(std::max<size_t>(1, max_score_floats / floats_per_query));
+    if (args.first_weight_query > 0) {
+      PagedAttentionArgs head = query_slice(args, 0, args.first_weight_query);
+      head.token_weights = nullptr;
+      head.first_weight_query = 0;
+      run_attention(head, pool, isa);
+    }
+    for (int begin = args.first_weight_query; begin < args.num_queries; begin += per_slice) {
+      run_attention(query_slice(args, begin, std::min(args.num_queries, begin + per_slice)), pool, isa);
+    }
+    return;
+  }
+  run_attention(args, pool, isa);
+}
+
+}  // namespace attention_internal
+
+namespace {
+
+void run_attention(const PagedAttentionArgs& args, ThreadPool& pool, AttentionIsa isa) {
   const KvStorage& storage = *args.storage;
   const KvLayout& layout = storage.layout();
 
@@ -305,5 +358,7 @@ void paged_attention(const PagedAttentionArgs& given, ThreadPool& pool, Attentio
     if (scores.capacity() > kKeptScoreFloats) std::vector<float>().swap(scores);
   }
 }
+
+}  // namespace
 
 }  // namespace kvlm

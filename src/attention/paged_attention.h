@@ -1,6 +1,7 @@
 // paged_attention: causal attention of new queries over a sequence's paged, encoded KV cache.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "core/thread_pool.h"
@@ -68,5 +69,13 @@ void paged_attention(const PagedAttentionArgs& args, ThreadPool& pool, Attention
 // The kernel family kAuto or `isa` resolves to for this head_dim on this CPU.
 AttentionIsa resolve_attention_isa(AttentionIsa isa, int head_dim);
 const char* attention_isa_name(AttentionIsa isa);
+
+namespace attention_internal {
+// The most attention-score floats one call keeps for weights (64 MiB); past it, the queries run
+// in slices. Tests pass a smaller limit to exercise the slicing.
+constexpr size_t kMaxScoreFloats = size_t{16} << 20;
+void paged_attention_with_score_limit(const PagedAttentionArgs& args, ThreadPool& pool, AttentionIsa isa,
+                                      size_t max_score_floats);
+}  // namespace attention_internal
 
 }  // namespace kvlm

@@ -209,3 +209,33 @@ TEST(AttentionWeightsEdges, KernelWeightsOfTheLastQueriesOnly) {
 
 }  // namespace
 }  // namespace kvlm
+
+namespace kvlm {
+namespace {
+
+// A long H2O step is run as slices of queries when its scores would pass the limit: the output
+// and the weights equal the unsliced call (weights to f32 summation order).
+TEST(AttentionWeightsEdges, SlicedQueriesGiveTheSameOutputAndWeights) {
+  ThreadPool pool(2);
+  for (int first_weight_query : {0, 5}) {
+    const PagedAttentionFixture f =
+        make_eviction_fixture({{8, 2, 64, 16, 150, 40, KvType::kInt8, KvType::kF16}, 4, 40, true}, 7);
+    std::vector<float> out_whole(f.q.size()), out_sliced(f.q.size()), w_whole(150, 0.0f), w_sliced(150, 0.0f);
+    PagedAttentionArgs whole = f.paged_args(out_whole.data());
+    whole.token_weights = w_whole.data();
+    whole.first_weight_query = first_weight_query;
+    paged_attention(whole, pool);
+    PagedAttentionArgs sliced = f.paged_args(out_sliced.data());
+    sliced.token_weights = w_sliced.data();
+    sliced.first_weight_query = first_weight_query;
+    // 8 heads x 150 tokens = 1200 floats a query: a limit of 6000 gives slices of 5 queries.
+    attention_internal::paged_attention_with_score_limit(sliced, pool, AttentionIsa::kAuto, 6000);
+    EXPECT_LE(testing::max_abs_diff(out_whole, out_sliced), 1e-5f * testing::max_abs(out_whole)) << first_weight_query;
+    for (size_t t = 0; t < w_whole.size(); ++t) {
+      EXPECT_NEAR(w_sliced[t], w_whole[t], 1e-5 * w_whole[t] + 1e-6) << "token " << t << ", first " << first_weight_query;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvlm
