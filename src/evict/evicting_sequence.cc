@@ -261,7 +261,9 @@ Result<int> EvictingSequence::plan_step(std::span<const TokenId> tokens, LogitsR
   step.first_position = num_fed_;
   step.num_sink_tokens = num_sinks_;
   step.window_begin = window_begin_;
-  step.first_sink_query_position = live;
+  // Once tokens were evicted, a query's position within the cache trails its text position:
+  // the sinks are scored with the queries rotated there (StreamingLLM's positions).
+  step.first_sink_query_position = num_sinks_ > 0 && live != num_fed_ ? live : -1;
   if (pending_h2o_ || pending_snapkv_) {
     step_weights_.assign(static_cast<size_t>(slots + n), 0.0f);
     step.slot_weights = step_weights_.data();

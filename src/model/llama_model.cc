@@ -78,7 +78,9 @@ void LlamaModel::forward_batch(std::span<const SequenceStep> steps, KvStorage& c
       KVLM_CHECK(static_cast<int64_t>(step.block_table.size()) * block_size >= num_context,
                  "block table of {} blocks cannot hold {} tokens", step.block_table.size(), num_context);
       const int64_t first_position = step.first_position >= 0 ? step.first_position : step.num_cached_tokens;
-      const bool sink_queries = step.num_sink_tokens > 0 && step.first_sink_query_position != first_position;
+      const bool sink_queries = step.first_sink_query_position >= 0;
+      KVLM_CHECK(!sink_queries || step.num_sink_tokens > 0, "sink queries at {} without sinks",
+                 step.first_sink_query_position);
       KVLM_CHECK(first_position + len <= int64_t{std::numeric_limits<Position>::max()}, "position {} is too large",
                  first_position + len);
       KVLM_CHECK(step.slot_weights == nullptr || (step.num_weight_queries >= 1 && step.num_weight_queries <= len),

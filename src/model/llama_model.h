@@ -39,12 +39,13 @@ struct SequenceStep {
   // Token i's position in the text, which its query and key are rotated with; -1 = its slot.
   int64_t first_position = -1;
   // Attention sinks and window (PagedAttentionArgs): slots [0, num_sink_tokens) and
-  // [window_begin, ...) are visible, the ones between are evicted. With sinks, once tokens were
-  // evicted (first_sink_query_position != first_position), each query is rotated a second time,
-  // at first_sink_query_position + i, its position within the cache, to score the sinks.
+  // [window_begin, ...) are visible, the ones between are evicted. All of it is data the eviction
+  // layer computes; the model applies it without knowing a policy. When
+  // first_sink_query_position >= 0, each query is rotated a second time, at
+  // first_sink_query_position + i (its position within the cache), to score the sinks.
   int num_sink_tokens = 0;
   int window_begin = 0;
-  int64_t first_sink_query_position = 0;
+  int64_t first_sink_query_position = -1;
   // When set, the attention weights the last num_weight_queries tokens of the step give each
   // slot, summed over those queries, all heads and all layers, are added here (H2O, SnapKV).
   float* slot_weights = nullptr;        // [num_cached_tokens + num_new]
