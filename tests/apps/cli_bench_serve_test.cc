@@ -170,3 +170,36 @@ TEST(CliBenchServe, BadFlagsGiveOneLineErrors) {
 
 }  // namespace
 }  // namespace kvlm
+
+namespace kvlm {
+namespace {
+
+// The planner's --batch rows describe something that runs: the pool `kvlm plan --batch 4 --ctx 256`
+// sizes for f16 runs 4 concurrent sequences of 256 tokens in the engine without a preemption, and
+// the engine's peak bytes never pass the planner's total.
+TEST(CliBenchServe, PlannerBatchRowRunsInTheEngine) {
+  const std::string model = (testing::scratch_dir("bench_serve_plan") / "tiny-gqa.gguf").string();
+  ASSERT_EQ(run_command(kvlm_binary() + " synth --preset tiny-gqa --out " + model).exit_code, 0);
+  const auto p = run_command(kvlm_binary() + " plan --model " + model + " --ctx 256 --batch 4 --json");
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  const nlohmann::json plan = nlohmann::json::parse(p.out);
+  const nlohmann::json* f16 = nullptr;
+  for (const auto& row : plan["rows"]) {
+    if (row["k_type"] == "f16" && row["v_type"] == "f16" && row["policy"] == "full") f16 = &row;
+  }
+  ASSERT_NE(f16, nullptr) << p.out;
+  const int blocks = (*f16)["blocks_per_sequence"].get<int>() * 4;
+  const auto r = run_command(kvlm_binary() + " bench-serve -m " + model + " -t 1 --kv-type f16 --requests 8 " +
+                             "--concurrency 4 --prompt-tokens 200 --output-tokens 56 --shared-prefix 0 " +
+                             "--pool-blocks " + std::to_string(blocks) + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["requests_completed"], 8);
+  EXPECT_EQ(j["preemptions"], 0);
+  EXPECT_EQ(j["pool"]["blocks_leaked"], 0);
+  EXPECT_EQ(j["pool"]["bytes_per_block"], (*f16)["bytes_per_block"]);
+  EXPECT_LE(j["pool"]["peak_bytes"].get<double>(), (*f16)["total_bytes_blocks"].get<double>());
+}
+
+}  // namespace
+}  // namespace kvlm
