@@ -7,21 +7,15 @@
 #include <string>
 #include <vector>
 
+#include "cache/cache_test_util.h"
 #include "cache/kv_cache_manager.h"
 
 namespace kvlm {
 namespace {
 
-std::vector<int> values(const std::vector<BlockId>& blocks) {
-  std::vector<int> out;
-  for (BlockId b : blocks) out.push_back(b.value);
-  return out;
-}
-std::vector<int> table_ids(const KvCacheManager& m, SeqId s) {
-  const auto& ids = m.table(s).block_ids();
-  return {ids.begin(), ids.end()};
-}
-std::vector<int> free_ids(const KvCacheManager& m) { return values(m.pool().free_queue()); }
+using testing::free_ids;
+using testing::table_ids;
+using testing::values;
 
 // What the manager should hold, kept the obvious way: each sequence's ids and tokens,
 // and the published blocks with their hash and tokens (linear searches, tiny pools).
@@ -74,7 +68,7 @@ struct Model {
 };
 
 void run_random_prefix_ops(uint32_t seed, int num_blocks, int block_size) {
-  SCOPED_TRACE(testing::Message() << "seed " << seed << " blocks " << num_blocks << " block_size " << block_size);
+  SCOPED_TRACE(::testing::Message() << "seed " << seed << " blocks " << num_blocks << " block_size " << block_size);
   std::mt19937 rng(seed);
   auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   const int b = block_size;

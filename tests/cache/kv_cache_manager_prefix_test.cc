@@ -4,6 +4,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cache/cache_test_util.h"
 #include "cache/kv_cache_manager.h"
 
 namespace kvlm {
@@ -11,16 +12,9 @@ namespace {
 
 constexpr std::string_view kIdentity = "test-model;kv=f16;block=4";
 
-std::vector<int> values(const std::vector<BlockId>& blocks) {
-  std::vector<int> out;
-  for (BlockId b : blocks) out.push_back(b.value);
-  return out;
-}
-std::vector<int> table_ids(const KvCacheManager& m, SeqId s) {
-  const auto& ids = m.table(s).block_ids();
-  return {ids.begin(), ids.end()};
-}
-std::vector<int> free_ids(const KvCacheManager& m) { return values(m.pool().free_queue()); }
+using testing::free_ids;
+using testing::table_ids;
+using testing::values;
 
 // A prompt's tokens and its chain hashes, as the engine computes them per request.
 struct Prompt {

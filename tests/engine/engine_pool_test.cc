@@ -16,12 +16,7 @@ using testing::random_prompt;
 using testing::RequestOutput;
 
 RequestOptions greedy(std::vector<TokenId> prompt, int max_tokens) {
-  RequestOptions r;
-  r.prompt = std::move(prompt);
-  r.max_tokens = max_tokens;
-  r.stop_at_eos = false;
-  r.sampler.temperature = 0;
-  return r;
+  return testing::greedy_request(std::move(prompt), max_tokens);
 }
 
 class EnginePoolTest : public ::testing::Test {

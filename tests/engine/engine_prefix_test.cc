@@ -25,13 +25,7 @@ class EnginePrefixTest : public ::testing::Test {
   }
 
   RequestOptions request(std::vector<TokenId> prompt, int max_tokens, std::string salt = {}) {
-    RequestOptions r;
-    r.prompt = std::move(prompt);
-    r.max_tokens = max_tokens;
-    r.stop_at_eos = false;
-    r.sampler.temperature = 0;
-    r.cache_salt = std::move(salt);
-    return r;
+    return testing::greedy_request(std::move(prompt), max_tokens, std::move(salt));
   }
 
   // Runs one request to the end; returns its output and the tokens the model computed for it.

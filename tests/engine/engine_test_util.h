@@ -34,6 +34,17 @@ inline std::vector<TokenId> random_prompt(int n, int vocab, uint64_t seed) {
   return tokens;
 }
 
+// A greedy request of exactly max_tokens new tokens (EOS does not stop it).
+inline RequestOptions greedy_request(std::vector<TokenId> prompt, int max_tokens, std::string salt = {}) {
+  RequestOptions r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.stop_at_eos = false;
+  r.sampler.temperature = 0;
+  r.cache_salt = std::move(salt);
+  return r;
+}
+
 // What one request produced, gathered from its events.
 struct RequestOutput {
   std::vector<TokenId> tokens;        // generated
