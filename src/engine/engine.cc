@@ -520,12 +520,17 @@ void Engine::note_usage() {
 }
 
 bool Engine::step() {
+  // The scheduler's state belongs to one stepping thread; a second one is a caller's bug.
+  KVLM_CHECK(!stepping_.exchange(true), "Engine::step() called while another step runs (after start(), only the "
+                                        "engine's thread steps)");
+  bool worked = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (submitted_.empty() && cancelled_.empty() && running_.empty() && waiting_.empty()) return false;
+    worked = !(submitted_.empty() && cancelled_.empty() && running_.empty() && waiting_.empty());
   }
-  schedule_and_run();
-  return true;
+  if (worked) schedule_and_run();
+  stepping_ = false;
+  return worked;
 }
 
 void Engine::run_until_idle() {

@@ -1,6 +1,7 @@
 // Engine: many requests in one KV pool — continuous batching, prefix caching, preemption.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -43,8 +44,9 @@ struct EngineOptions {
 // go back (published ones stay findable, so it usually resumes from the prefix cache) and it
 // returns to the front of the waiting queue; it later produces exactly what it would have.
 //
-// Threads: submit, cancel and metrics may be called from any thread. step() runs on one thread
-// at a time (the caller's, or the engine's own after start()); callbacks run on it.
+// Threads: submit, cancel and metrics may be called from any thread, callbacks included. step()
+// runs on one thread at a time (the caller's, or the engine's own after start()); callbacks run
+// on it and must not call step().
 class Engine {
  public:
   static Result<std::unique_ptr<Engine>> create(LlamaModel& model, ThreadPool& pool, const EngineOptions& options);
@@ -117,6 +119,7 @@ class Engine {
   EngineMetrics metrics_;  // counters updated under mutex_; gauges refreshed after each step
   std::thread thread_;
   bool stopping_ = false;
+  std::atomic<bool> stepping_{false};
 };
 
 }  // namespace kvlm
