@@ -55,7 +55,7 @@ struct KvTypeFlags {
   // The same for a command that runs each of `codecs` (K, V) with these options (kvlm bench's
   // list). A flag the user gave that no codec reads is an error, not a quiet default:
   // --kivi-residual without a KIVI K or V, and --kv-type when --kv-type-k and --kv-type-v both
-  // override it. --kv-rotate is read by every codec (the model rotates whatever the K codec).
+  // override it. --kv-rotate is read by every codec (the storage rotates whatever the K codec).
   KvStorageOptions storage_options_for(std::span<const std::pair<KvType, KvType>> codecs) const {
     if (given(both_option_) && given(k_option_) && given(v_option_)) {
       throw CliError("--kv-type does nothing when --kv-type-k and --kv-type-v are both given: drop --kv-type, or "

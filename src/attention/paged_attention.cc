@@ -353,9 +353,9 @@ void run_attention(const PagedAttentionArgs& args, ThreadPool& pool, AttentionIs
   }
   if (args.token_weights != nullptr) {
     add_token_weights(args, num_chunks, num_rows, partial_max, partial_sum, scores.data(), pool);
-    // One long step's buffer is not kept for the life of the thread.
-    constexpr size_t kKeptScoreFloats = size_t{16} << 20;  // 64 MiB
-    if (scores.capacity() > kKeptScoreFloats) std::vector<float>().swap(scores);
+    // A buffer past the slicing limit (one query alone over a huge context) is not kept for
+    // the life of the thread.
+    if (scores.capacity() > attention_internal::kMaxScoreFloats) std::vector<float>().swap(scores);
   }
 }
 

@@ -17,7 +17,16 @@ double seconds_between(EngineRequest::Clock::time_point a, EngineRequest::Clock:
   return std::chrono::duration<double>(b - a).count();
 }
 
-bool window_policy(EvictionPolicy p) { return p == EvictionPolicy::kWindow || p == EvictionPolicy::kStreaming; }
+// Extends the request's chain hashes to cover its first `num_blocks` full blocks (each block's
+// hash is computed once, when first needed: at admission or when it is published).
+void extend_block_hashes(EngineRequest& r, int num_blocks, int block_size) {
+  const size_t bs = static_cast<size_t>(block_size);
+  while (static_cast<int>(r.block_hashes.size()) < num_blocks) {
+    const size_t b = r.block_hashes.size();
+    const BlockHash parent = b == 0 ? r.root : r.block_hashes[b - 1];
+    r.block_hashes.push_back(chain_block_hash(parent, std::span<const TokenId>(r.tokens).subspan(b * bs, bs)));
+  }
+}
 
 // Higher priority first; among equals, the earlier admission.
 bool runs_before(const std::unique_ptr<EngineRequest>& a, const std::unique_ptr<EngineRequest>& b) {
@@ -26,6 +35,16 @@ bool runs_before(const std::unique_ptr<EngineRequest>& a, const std::unique_ptr<
 }
 
 }  // namespace
+
+bool window_policy(EvictionPolicy policy) {
+  return policy == EvictionPolicy::kWindow || policy == EvictionPolicy::kStreaming;
+}
+
+int request_token_limit(const ModelConfig& config, int num_prompt, int max_tokens, EvictionPolicy policy) {
+  const int64_t wanted = max_tokens == 0 ? config.context_length : static_cast<int64_t>(num_prompt) + max_tokens;
+  const int64_t cap = window_policy(policy) ? (int64_t{1} << 30) : config.context_length;
+  return static_cast<int>(std::min<int64_t>(wanted, cap));
+}
 
 const char* finish_reason_name(FinishReason reason) {
   switch (reason) {
@@ -99,18 +118,12 @@ Result<RequestId> Engine::submit(RequestOptions request, TokenCallback on_event)
   if (Status s = request.sampler.validate(); !s.ok()) return reject(s);
   if (request.max_tokens < 0) return reject(Status::errorf("max_tokens {} must be >= 0", request.max_tokens));
   const int num_prompt = static_cast<int>(request.prompt.size());
-  // Only a contiguous window keeps every query within the budget of its keys; H2O and SnapKV
-  // keep old tokens at their text positions, so the model's context still bounds them.
-  const bool past_context_ok = window_policy(request.eviction.policy);
-  if (num_prompt > config.context_length && !past_context_ok) {
+  if (num_prompt > config.context_length && !window_policy(request.eviction.policy)) {
     return reject(Status::errorf("the prompt has {} tokens, more than the model's context of {} (a window or "
                                  "streaming policy can run past it)",
                                  num_prompt, config.context_length));
   }
-  const int64_t wanted = request.max_tokens == 0 ? config.context_length
-                                                 : static_cast<int64_t>(num_prompt) + request.max_tokens;
-  const int64_t cap = past_context_ok ? (int64_t{1} << 30) : config.context_length;
-  const int limit = static_cast<int>(std::min<int64_t>(wanted, cap));
+  const int limit = request_token_limit(config, num_prompt, request.max_tokens, request.eviction.policy);
   const int needed = blocks_for_request(request.eviction, std::max(limit, num_prompt));
   if (needed > options_.num_blocks) {
     return reject(Status::errorf("the request needs up to {} KV blocks ({} prompt + {} new tokens) but the pool has "
@@ -135,7 +148,7 @@ Result<RequestId> Engine::submit(RequestOptions request, TokenCallback on_event)
   std::lock_guard<std::mutex> lock(mutex_);
   r->id = RequestId(next_request_id_++);
   const RequestId id = r->id;
-  in_flight_[id.value] = true;
+  in_flight_.insert(id.value);
   ++metrics_.requests_submitted;
   metrics_.tokens_prompted += num_prompt;
   submitted_.push_back(std::move(r));
@@ -183,14 +196,12 @@ void Engine::release(EngineRequest& r) {
   r.sequence.reset();  // its blocks go back; published ones stay findable (cached-free)
 }
 
-void Engine::emit(EngineRequest& r, TokenId token, std::string text, FinishReason reason) {
+void Engine::emit_token(EngineRequest& r, TokenId token, std::string text) {
   TokenEvent event;
   event.id = r.id;
   event.token = token;
   event.text = std::move(text);
-  event.finish = reason;
   if (!r.captured_logits.empty()) event.logits = &r.captured_logits;
-  if (reason != FinishReason::kNone) event.stats = &r.stats;
   if (r.on_event) r.on_event(event);
   r.captured_logits.clear();
 }
@@ -238,7 +249,7 @@ void Engine::preempt(EngineRequest& r) {
   ++metrics_.preemptions;
 }
 
-bool Engine::admit(EngineRequest& r) {
+void Engine::admit(EngineRequest& r) {
   r.sequence = std::make_unique<EvictingSequence>(model_, cache_, *storage_, r.options.eviction);
   const EvictionPolicy policy = r.options.eviction.policy;
   const int bs = options_.block_size;
@@ -252,12 +263,7 @@ bool Engine::admit(EngineRequest& r) {
   if (may_hit) {
     int max_blocks = (static_cast<int>(r.tokens.size()) - 1) / bs;  // the last token is always computed
     if (window_policy(policy)) max_blocks = std::min(max_blocks, r.options.eviction.budget / bs);
-    while (static_cast<int>(r.block_hashes.size()) < max_blocks) {
-      const size_t b = r.block_hashes.size();
-      const BlockHash parent = b == 0 ? r.root : r.block_hashes[b - 1];
-      r.block_hashes.push_back(chain_block_hash(
-          parent, std::span<const TokenId>(r.tokens).subspan(b * static_cast<size_t>(bs), static_cast<size_t>(bs))));
-    }
+    extend_block_hashes(r, max_blocks, bs);
     const std::vector<BlockId> hits = cache_.match_prefix(
         std::span<const BlockHash>(r.block_hashes).first(static_cast<size_t>(max_blocks)), r.tokens);
     if (!hits.empty()) r.sequence->attach_prefix(hits);
@@ -266,7 +272,6 @@ bool Engine::admit(EngineRequest& r) {
   }
   r.num_computed = hit_tokens;
   if (!r.admitted_before) r.stats.cached_prompt_tokens = hit_tokens;
-  return true;
 }
 
 void Engine::publish_full_blocks(EngineRequest& r) {
@@ -281,12 +286,7 @@ void Engine::publish_full_blocks(EngineRequest& r) {
   for (int b = r.num_published; b < num_full; ++b) {
     // KIVI blocks are final once sealed (out of the residual window); they seal in order.
     if (storage_->is_staged(last_layer, BlockId(ids[static_cast<size_t>(b)]))) break;
-    while (static_cast<int>(r.block_hashes.size()) <= b) {
-      const size_t i = r.block_hashes.size();
-      const BlockHash parent = i == 0 ? r.root : r.block_hashes[i - 1];
-      r.block_hashes.push_back(chain_block_hash(
-          parent, std::span<const TokenId>(r.tokens).subspan(i * static_cast<size_t>(bs), static_cast<size_t>(bs))));
-    }
+    extend_block_hashes(r, b + 1, bs);
     const std::span<const TokenId> block_tokens =
         std::span<const TokenId>(r.tokens).subspan(static_cast<size_t>(b) * bs, static_cast<size_t>(bs));
     if (cache_.publish_block(r.sequence->seq(), b, r.block_hashes[static_cast<size_t>(b)], block_tokens)) {
@@ -349,14 +349,12 @@ void Engine::after_forward(EngineRequest& r, int taken, const float* logits, int
     std::lock_guard<std::mutex> lock(mutex_);
     ++metrics_.tokens_generated;
   }
-  std::string text = r.stop->push(r.detokenizer->push(next));
+  emit_token(r, next, r.stop->push(r.detokenizer->push(next)));
   if (r.stop->stopped()) {
-    emit(r, next, std::move(text), FinishReason::kNone);
     finish(r, FinishReason::kStop);
-    return;
+  } else if (static_cast<int>(r.tokens.size()) >= r.limit) {
+    finish(r, FinishReason::kLength);
   }
-  emit(r, next, std::move(text), FinishReason::kNone);
-  if (static_cast<int>(r.tokens.size()) >= r.limit) finish(r, FinishReason::kLength);
 }
 
 void Engine::schedule_and_run() {
@@ -448,10 +446,9 @@ void Engine::schedule_and_run() {
       continue;
     }
     admit(r);
-    if (r.num_computed == static_cast<int>(r.tokens.size())) {
-      // Cannot happen (the last token is never taken from the cache); keep the invariant loud.
-      KVLM_CHECK(false, "request {} admitted with nothing to compute", r.id.value);
-    }
+    // The last token is never taken from the cache: there is always something to compute.
+    KVLM_CHECK(r.num_computed < static_cast<int>(r.tokens.size()), "request {} admitted with nothing to compute",
+               r.id.value);
     const int taken = plan(r);
     if (taken < 0) {
       waiting_.pop_front();

@@ -7,7 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
-#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "cache/kv_cache_manager.h"
@@ -22,6 +22,15 @@ namespace kvlm {
 
 class LlamaModel;
 struct EngineRequest;
+struct ModelConfig;
+
+// Window and StreamingLLM keep one contiguous window, so every query stays within the budget of
+// its keys and a request may run past the model's context; H2O and SnapKV keep old tokens at
+// their text positions, so the context still bounds them.
+bool window_policy(EvictionPolicy policy);
+// The length a request's tokens may reach (prompt + new): prompt + max_tokens, or the context
+// when max_tokens is 0, capped by the context unless window_policy.
+int request_token_limit(const ModelConfig& config, int num_prompt, int max_tokens, EvictionPolicy policy);
 
 struct EngineOptions {
   // The pool: one KV codec for every request (it is a property of the blocks' bytes).
@@ -87,13 +96,13 @@ class Engine {
 
   void take_submissions();           // moves new requests and cancellations in (under mutex_)
   void schedule_and_run();
-  bool admit(EngineRequest& request);  // attaches its prefix hit; false when it cannot start now
+  void admit(EngineRequest& request);  // starts its sequence and attaches its prefix hit
   void preempt(EngineRequest& request);
   void finish(EngineRequest& request, FinishReason reason, std::string error = {});
   void release(EngineRequest& request);  // gives its sequence's blocks back
   void publish_full_blocks(EngineRequest& request);
   void after_forward(EngineRequest& request, int taken, const float* logits, int num_rows);
-  void emit(EngineRequest& request, TokenId token, std::string text, FinishReason reason);
+  void emit_token(EngineRequest& request, TokenId token, std::string text);
   void note_usage();
 
   LlamaModel& model_;
@@ -114,7 +123,7 @@ class Engine {
   std::condition_variable work_;
   std::vector<std::unique_ptr<EngineRequest>> submitted_;
   std::vector<RequestId> cancelled_;
-  std::unordered_map<int32_t, bool> in_flight_;  // request id -> still running or waiting
+  std::unordered_set<int32_t> in_flight_;  // ids of requests still running or waiting
   int32_t next_request_id_ = 0;
   EngineMetrics metrics_;  // counters updated under mutex_; gauges refreshed after each step
   std::thread thread_;

@@ -29,10 +29,7 @@ Result<GenerationResult> Generator::generate(const std::vector<TokenId>& prompt,
   const int num_prompt = static_cast<int>(prompt.size());
   KVLM_RETURN_IF_ERROR(validate_eviction_options(options.eviction));
   const EvictionPolicy policy = options.eviction.policy;
-  // Only a contiguous window keeps every query within the budget of its keys; H2O and SnapKV keep
-  // old tokens at their text positions, so the model's context still bounds them.
-  const bool past_context_ok = policy == EvictionPolicy::kWindow || policy == EvictionPolicy::kStreaming;
-  if (num_prompt > config.context_length && !past_context_ok) {
+  if (num_prompt > config.context_length && !window_policy(policy)) {
     return Status::errorf("the prompt has {} tokens, more than the model's context of {} (--policy window or "
                           "streaming can run past it)",
                           num_prompt, config.context_length);
@@ -49,10 +46,7 @@ Result<GenerationResult> Generator::generate(const std::vector<TokenId>& prompt,
   KVLM_RETURN_IF_ERROR(options.sampler.validate());
 
   // The sequence may grow to `limit` tokens; the last one is sampled but never forwarded.
-  const int64_t wanted = options.max_tokens == 0 ? config.context_length
-                                                 : static_cast<int64_t>(num_prompt) + options.max_tokens;
-  const int64_t cap = past_context_ok ? (int64_t{1} << 30) : config.context_length;
-  const int limit = static_cast<int>(std::min<int64_t>(wanted, cap));
+  const int limit = request_token_limit(config, num_prompt, options.max_tokens, policy);
   const int capacity = std::max(limit, num_prompt);
   const int num_blocks =
       EvictingSequence::max_blocks(options.eviction, options.block_size, options.prefill_chunk, capacity);

@@ -224,14 +224,6 @@ void EvictingSequence::note_peaks() {
   stats_.peak_live_tokens = std::max(stats_.peak_live_tokens, num_live());
 }
 
-int EvictingSequence::blocks_needed(int num_tokens) const {
-  const int bs = cache_.block_size();
-  const BlockTable& table = cache_.table(seq_);
-  const int fresh = std::max(0, cache_.blocks_for_tokens(table.num_tokens() + num_tokens) - table.num_blocks());
-  const bool shared_tail = table.num_tokens() % bs != 0 && cache_.block_ref_count(seq_, table.num_tokens() / bs) > 1;
-  return fresh + (shared_tail ? 1 : 0);
-}
-
 Result<int> EvictingSequence::plan_step(std::span<const TokenId> tokens, LogitsRows rows, SequenceStep& step) {
   KVLM_CHECK(pending_tokens_ == 0, "sequence {}: a step of {} tokens is still pending", seq_.value, pending_tokens_);
   const int vocab = model_.config().vocab_size;

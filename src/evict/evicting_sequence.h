@@ -84,9 +84,6 @@ class EvictingSequence {
   // and computed with every earlier token visible, so only policies that have not evicted yet
   // and keep no per-token scores may take them (none, window, streaming; a CHECK).
   void attach_prefix(std::span<const BlockId> blocks);
-  // Blocks the pool must still provide for a step of `num_tokens` (new blocks past the
-  // table's capacity, plus a copy of a shared partial tail block): admission control.
-  int blocks_needed(int num_tokens) const;
 
   int64_t num_fed() const { return num_fed_; }  // tokens fed; the next one's text position
   int num_live() const;                          // tokens attention sees now
