@@ -2,7 +2,9 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -14,6 +16,7 @@
 #include "model/model_config.h"
 #include "model/tokenizer.h"
 #include "model/tokenizer_gguf.h"
+#include "model_source.h"
 #include "plan/kv_planner.h"
 #include "plan/model_shape.h"
 
@@ -37,8 +40,11 @@ std::string human_bytes(double bytes) {
 }
 
 void run(const InspectFlags& f) {
-  auto file = value_or_throw(GgufFile::open(f.model));
-  std::printf("file             %s (GGUF v%u, %s, %zu tensors, %zu metadata keys)\n", f.model.c_str(),
+  const std::span<const uint8_t> embedded = embedded_model_bytes();
+  auto file = value_or_throw(
+      f.model.empty() ? GgufFile::from_bytes(std::vector<uint8_t>(embedded.begin(), embedded.end()), kEmbeddedModelName)
+                      : GgufFile::open(f.model));
+  std::printf("file             %s (GGUF v%u, %s, %zu tensors, %zu metadata keys)\n", file->name().c_str(),
               file->version(), human_bytes(static_cast<double>(file->file_size())).c_str(), file->tensors().size(),
               file->metadata().size());
   if (f.metadata) {
@@ -111,7 +117,8 @@ void run(const InspectFlags& f) {
 CLI::App* add_inspect_command(CLI::App& app) {
   auto flags = std::make_shared<InspectFlags>();
   CLI::App* cmd = app.add_subcommand("inspect", "Show a GGUF model's shapes, types, vocabulary and KV cost");
-  cmd->add_option("model", flags->model, "GGUF model file")->required();
+  cmd->add_option("model", flags->model,
+                  fmt::format("GGUF model file (default: {}, compiled into kvlm)", kEmbeddedModelName));
   cmd->add_flag("--tensors", flags->tensors, "list every tensor");
   cmd->add_flag("--metadata", flags->metadata, "list every metadata key");
   cmd->callback([flags] { run(*flags); });

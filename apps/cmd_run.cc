@@ -14,6 +14,7 @@
 #include "eviction_flags.h"
 #include "kv_flags.h"
 #include "model/llama_model.h"
+#include "model_source.h"
 #include "run_report.h"
 
 namespace kvlm::cli {
@@ -72,7 +73,7 @@ void run(const RunFlags& f, const RunFlagsGiven& given) {
   const KvType k_type = f.kv.k_type(), v_type = f.kv.v_type();
   const KvStorageOptions storage = f.kv.storage_options();
   const EvictionOptions eviction = f.evict.eviction();
-  auto model = value_or_throw(LlamaModel::load(f.model));
+  auto model = load_model_or_embedded(f.model);
   const Tokenizer& tok = model->tokenizer();
   std::vector<TokenId> prompt =
       f.has_prompt ? tok.encode(f.prompt, tok.add_bos()) : std::vector<TokenId>{tok.bos_id()};
@@ -104,7 +105,7 @@ void run(const RunFlags& f, const RunFlagsGiven& given) {
   };
   auto result = value_or_throw(generator.generate(prompt, options, f.json ? Generator::TextCallback{} : print));
 
-  const RunDescription desc{f.model, options.k_type, options.v_type, options.sampler.seed,
+  const RunDescription desc{model_display_name(f.model), options.k_type, options.v_type, options.sampler.seed,
                             options.storage.kivi_residual_tokens, options.eviction};
   if (f.json) {
     std::printf("%s\n", stats_to_json(result, *model, desc).dump(2).c_str());
@@ -119,7 +120,8 @@ void run(const RunFlags& f, const RunFlagsGiven& given) {
 CLI::App* add_run_command(CLI::App& app) {
   auto flags = std::make_shared<RunFlags>();
   CLI::App* cmd = app.add_subcommand("run", "Generate text with a GGUF model");
-  cmd->add_option("--model,-m", flags->model, "GGUF model file")->required();
+  cmd->add_option("--model,-m", flags->model,
+                  fmt::format("GGUF model file (default: {}, compiled into kvlm)", kEmbeddedModelName));
   cmd->add_option("--prompt,-p", flags->prompt, "prompt text (default: start from BOS alone)");
   cmd->add_option("--max-tokens,-n", flags->max_tokens,
                   "new tokens to generate (llama2.c's -n from BOS); also stops at EOS or a full context (window and "
@@ -149,6 +151,9 @@ CLI::App* add_run_command(CLI::App& app) {
                 "check every step's logits against a no-cache reference forward (slow; small models)");
   cmd->callback([flags, cmd, top_k, top_p, min_p, seed, stats] {
     flags->has_prompt = cmd->count("--prompt") > 0;
+    if (cmd->count("--model") > 0 && flags->model.empty()) {
+      throw CliError(fmt::format("--model is empty: name a GGUF file, or drop --model for {}", kEmbeddedModelName));
+    }
     run(*flags, RunFlagsGiven{.top_k = top_k->count() > 0,
                               .top_p = top_p->count() > 0,
                               .min_p = min_p->count() > 0,

@@ -19,5 +19,7 @@ CLI::App* add_eval_recall_command(CLI::App* eval);
 CLI::App* add_report_command(CLI::App& app);
 CLI::App* add_bench_command(CLI::App& app);
 CLI::App* add_bench_serve_command(CLI::App& app);
+CLI::App* add_serve_command(CLI::App& app);
+CLI::App* add_chat_command(CLI::App& app);
 
 }  // namespace kvlm::cli

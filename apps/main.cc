@@ -20,6 +20,8 @@ int main(int argc, char** argv) {
   kvlm::cli::add_report_command(app);
   kvlm::cli::add_bench_command(app);
   kvlm::cli::add_bench_serve_command(app);
+  kvlm::cli::add_serve_command(app);
+  kvlm::cli::add_chat_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -31,17 +31,28 @@ void add_into(float* x, const float* y, int64_t n) {
 LlamaModel::~LlamaModel() = default;
 
 Result<std::unique_ptr<LlamaModel>> LlamaModel::load(const std::string& path) {
+  KVLM_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::open(path));
+  return from_file(std::move(file));
+}
+
+Result<std::unique_ptr<LlamaModel>> LlamaModel::load_from_bytes(std::vector<uint8_t> bytes, std::string name) {
+  KVLM_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::from_bytes(std::move(bytes), std::move(name)));
+  return from_file(std::move(file));
+}
+
+Result<std::unique_ptr<LlamaModel>> LlamaModel::from_file(std::unique_ptr<GgufFile> file) {
   std::unique_ptr<LlamaModel> model(new LlamaModel());
-  KVLM_ASSIGN_OR_RETURN(model->file_, GgufFile::open(path));
+  model->file_ = std::move(file);
+  const std::string& name = model->file_->name();
   KVLM_ASSIGN_OR_RETURN(model->config_, ModelConfig::from_gguf(*model->file_));
   KVLM_ASSIGN_OR_RETURN(model->weights_, LlamaWeights::bind(*model->file_, model->config_));
   KVLM_ASSIGN_OR_RETURN(TokenizerVocab vocab, load_tokenizer_vocab(*model->file_));
   if (static_cast<int>(vocab.tokens.size()) != model->config_.vocab_size) {
-    return Status::errorf("{}: tokenizer has {} tokens but the embedding has {} rows", path, vocab.tokens.size(),
+    return Status::errorf("{}: tokenizer has {} tokens but the embedding has {} rows", name, vocab.tokens.size(),
                           model->config_.vocab_size);
   }
   auto tokenizer = Tokenizer::create(std::move(vocab));
-  if (!tokenizer.ok()) return tokenizer.status().with_context(path);
+  if (!tokenizer.ok()) return tokenizer.status().with_context(name);
   model->tokenizer_ = std::move(tokenizer).value();
   return model;
 }

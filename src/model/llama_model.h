@@ -56,6 +56,9 @@ class LlamaModel {
  public:
   // Maps the file, reads the config, binds the weights and builds the tokenizer.
   static Result<std::unique_ptr<LlamaModel>> load(const std::string& path);
+  // The same from a GGUF file's bytes in memory (the model compiled into the binary); `name`
+  // stands for the path in errors. The bytes are copied to aligned storage the model owns.
+  static Result<std::unique_ptr<LlamaModel>> load_from_bytes(std::vector<uint8_t> bytes, std::string name);
   ~LlamaModel();
 
   const ModelConfig& config() const { return config_; }
@@ -80,6 +83,8 @@ class LlamaModel {
 
  private:
   LlamaModel() = default;
+  // Reads the config, binds the weights and builds the tokenizer of an opened file.
+  static Result<std::unique_ptr<LlamaModel>> from_file(std::unique_ptr<GgufFile> file);
 
   std::unique_ptr<GgufFile> file_;
   ModelConfig config_;

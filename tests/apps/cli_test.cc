@@ -1,8 +1,11 @@
 // End-to-end tests of the kvlm binary: acceptance outputs, JSON, and one-line errors.
 #include <algorithm>
+#include <filesystem>
+#include <functional>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -101,12 +104,64 @@ TEST(Cli, PromptLongerThanTheContextIsRejected) {
   EXPECT_NE(r.err.find("context"), std::string::npos) << r.err;
 }
 
-TEST(Cli, DemoRunsAndPasses) {
-  const auto dir = testing::scratch_dir("cli_demo");
-  const auto r = run_command(kvlm_binary() + " demo --max-tokens 24 --dir " + dir.string());
+// The opening of stories260K's greedy story (the shared models README), which the embedded model
+// must tell without any file beside the binary.
+constexpr const char* kStoryOpening = "Once upon a time, there was a little girl named Lily";
+
+TEST(Cli, DemoTellsTheEmbeddedStoryAndPasses) {
+  // From another folder: the model is inside the binary.
+  const auto r = run_command("cd / && " + kvlm_binary() + " demo --max-tokens 24");
   ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("stories260K (embedded)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(std::string("\n") + kStoryOpening), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("bytes per token (formula)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("1,280"), std::string::npos) << r.out;  // f32: 2 x 5 layers x 4 kv heads x 8 dims x 4 bytes
+  EXPECT_NE(r.out.find("int8"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("DISAGREES"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("PASS"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("KV per token"), std::string::npos) << r.out;
+}
+
+TEST(Cli, DemoRunsOnAModelFile) {
+  const std::string model = (testing::scratch_dir("cli_demo_file") / "tiny.gguf").string();
+  ASSERT_EQ(run_command(kvlm_binary() + " synth --preset tiny-gqa --out " + model).exit_code, 0);
+  const auto r = run_command(kvlm_binary() + " demo --max-tokens 16 --kv-type f16 --model " + model);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find(model), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("PASS"), std::string::npos) << r.out;
+}
+
+TEST(Cli, RunWithoutAModelUsesTheEmbeddedStories260K) {
+  const auto r = run_command("cd / && " + kvlm_binary() + " run -n 20 --temp 0");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(r.out.starts_with(kStoryOpening)) << r.out;
+  ASSERT_TRUE(r.out.ends_with("\n")) << r.out;
+  if (const std::string story = known_story(); !story.empty()) {
+    EXPECT_TRUE(story.starts_with(r.out.substr(0, r.out.size() - 1))) << r.out;  // 20 tokens of the known story
+  }
+  const auto j = nlohmann::json::parse(run_command(kvlm_binary() + " run -n 5 --temp 0 --json").out);
+  EXPECT_EQ(j["model"], "stories260K (embedded)");
+  const auto empty = run_command(kvlm_binary() + " run --model ''");
+  EXPECT_NE(empty.exit_code, 0);
+  EXPECT_EQ(count_lines(empty.err), 1) << empty.err;
+}
+
+// The bytes compiled into kvlm are the repository's asset, which is the shared reference copy.
+TEST(Cli, EmbeddedModelIsTheSharedFileByteForByte) {
+  KVLM_REQUIRE_SHARED(shared, "stories260K.gguf");
+  const std::vector<uint8_t> model = testing::read_bytes(shared);
+  const std::vector<uint8_t> asset =
+      testing::read_bytes(std::filesystem::path(KVLM_SOURCE_DIR) / "assets" / "stories260K" / "stories260K.gguf");
+  EXPECT_EQ(asset.size(), 1185376u);
+  EXPECT_TRUE(asset == model) << "assets/stories260K/stories260K.gguf differs from " << shared;
+  const std::vector<uint8_t> binary = testing::read_bytes(kvlm_binary());
+  const auto found = std::search(binary.begin(), binary.end(),
+                                 std::boyer_moore_horspool_searcher(model.begin(), model.end()));
+  EXPECT_NE(found, binary.end()) << "the kvlm binary does not hold the model's bytes";
+  // inspect with no file inspects the embedded one.
+  const auto r = run_command(kvlm_binary() + " inspect");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("stories260K (embedded)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("GQA"), std::string::npos) << r.out;
 }
 
 TEST(Cli, InspectShowsShapesAndKvBytes) {

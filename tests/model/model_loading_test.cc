@@ -3,6 +3,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 
 #include <gtest/gtest.h>
 
@@ -193,6 +194,40 @@ TEST(ModelLoading, ConvertedStories260KGivesIdenticalLogits) {
   const std::vector<TokenId> tokens = (*reference)->tokenizer().encode("Once upon a time, Lily saw a big dog.", true);
   EXPECT_EQ((*converted)->tokenizer().encode("Once upon a time, Lily saw a big dog.", true), tokens);
   EXPECT_EQ(logits_of(**converted, tokens), logits_of(**reference, tokens));
+}
+
+// The embedded default model loads from bytes in memory: the same model as from the file.
+TEST(ModelLoading, Stories260KFromBytesEqualsFromThePath) {
+  KVLM_REQUIRE_SHARED(path, "stories260K.gguf");
+  auto from_path = LlamaModel::load(path.string());
+  auto from_bytes = LlamaModel::load_from_bytes(testing::read_bytes(path), "stories260K (in memory)");
+  ASSERT_TRUE(from_path.ok()) << from_path.status().message();
+  ASSERT_TRUE(from_bytes.ok()) << from_bytes.status().message();
+  const ModelConfig& a = (*from_path)->config();
+  const ModelConfig& b = (*from_bytes)->config();
+  EXPECT_EQ(b.architecture, a.architecture);
+  EXPECT_EQ(b.name, a.name);
+  EXPECT_EQ(std::tie(b.num_layers, b.dim, b.num_heads, b.num_kv_heads, b.head_dim, b.ffn_dim, b.vocab_size,
+                     b.context_length, b.tied_output),
+            std::tie(a.num_layers, a.dim, a.num_heads, a.num_kv_heads, a.head_dim, a.ffn_dim, a.vocab_size,
+                     a.context_length, a.tied_output));
+  EXPECT_EQ(b.rms_eps, a.rms_eps);
+  EXPECT_EQ(b.rope.freq_base, a.rope.freq_base);
+  EXPECT_EQ((*from_bytes)->file().file_size(), (*from_path)->file().file_size());
+  EXPECT_EQ((*from_bytes)->file().name(), "stories260K (in memory)");
+  const std::vector<TokenId> tokens = (*from_path)->tokenizer().encode("Once upon a time, Lily saw a big dog.", true);
+  EXPECT_EQ((*from_bytes)->tokenizer().encode("Once upon a time, Lily saw a big dog.", true), tokens);
+  EXPECT_EQ(logits_of(**from_bytes, tokens), logits_of(**from_path, tokens));
+}
+
+// Bad bytes are an error naming the source, as a bad file names its path.
+TEST(ModelLoading, TruncatedBytesAreAnErrorWithTheName) {
+  KVLM_REQUIRE_SHARED(path, "stories260K.gguf");
+  std::vector<uint8_t> bytes = testing::read_bytes(path);
+  bytes.resize(bytes.size() / 2);
+  auto model = LlamaModel::load_from_bytes(std::move(bytes), "half a model");
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.status().message().find("half a model"), std::string::npos) << model.status().message();
 }
 
 }  // namespace
