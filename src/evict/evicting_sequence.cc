@@ -117,9 +117,13 @@ int EvictingSequence::next_step_size(int remaining) const {
   return std::min(remaining, options_.evicting_step);
 }
 
-void EvictingSequence::make_room(int step) {
+bool EvictingSequence::make_room(int step) {
+  if (!deferred_kept_.empty()) {
+    if (!compact_to(deferred_kept_)) return false;
+    deferred_kept_.clear();
+  }
   const int excess = num_live() + step - options_.budget;
-  if (options_.policy == EvictionPolicy::kNone || excess <= 0) return;
+  if (options_.policy == EvictionPolicy::kNone || excess <= 0) return true;
   switch (options_.policy) {
     case EvictionPolicy::kWindow:
     case EvictionPolicy::kStreaming:
@@ -138,19 +142,18 @@ void EvictingSequence::make_room(int step) {
           kept.push_back(s);
         }
       }
-      compact_to(kept);
-      break;
+      return compact_to(kept);
     }
     case EvictionPolicy::kSnapKv: {
-      if (step >= options_.snapkv_window) return;  // a prompt step: compressed after it runs
+      if (step >= options_.snapkv_window) return true;  // a prompt step: compressed after it runs
       std::vector<int> kept;  // decode past the budget: the oldest tokens go, as in a window
       for (int s = excess; s < num_slots(); ++s) kept.push_back(s);
-      compact_to(kept);
-      break;
+      return compact_to(kept);
     }
     case EvictionPolicy::kNone:
       break;
   }
+  return true;
 }
 
 void EvictingSequence::evict_oldest_window_tokens(int count) {
@@ -192,17 +195,19 @@ Status EvictingSequence::make_exclusive(int first_block_idx, int end_block_idx) 
   return Status::ok_status();
 }
 
-void EvictingSequence::compact_to(const std::vector<int>& kept) {
+bool EvictingSequence::compact_to(const std::vector<int>& kept) {
   const int n = num_slots();
-  if (static_cast<int>(kept.size()) == n) return;
+  if (static_cast<int>(kept.size()) == n) return true;
   int first_moved = 0;
   while (first_moved < static_cast<int>(kept.size()) && kept[static_cast<size_t>(first_moved)] == first_moved) {
     ++first_moved;
   }
   // Compaction writes only blocks from the first moved token on; shared ones are copied first.
-  const Status exclusive =
-      make_exclusive(first_moved / cache_.block_size(), cache_.blocks_for_tokens(static_cast<int>(kept.size())));
-  KVLM_CHECK(exclusive.ok(), "compaction: {}", exclusive.message());
+  // Copies made before a failure stay: they hold the same bytes, so nothing is lost.
+  if (!make_exclusive(first_moved / cache_.block_size(), cache_.blocks_for_tokens(static_cast<int>(kept.size())))
+           .ok()) {
+    return false;
+  }
   storage_.compact(cache_.table(seq_).block_ids(), kept);
   release_staging(cache_.truncate(seq_, static_cast<int>(kept.size())));
 
@@ -217,6 +222,7 @@ void EvictingSequence::compact_to(const std::vector<int>& kept) {
   slot_scores_ = std::move(scores);
   stats_.tokens_evicted += n - static_cast<int>(kept.size());
   ++stats_.compactions;
+  return true;
 }
 
 void EvictingSequence::note_peaks() {
@@ -233,7 +239,7 @@ Result<int> EvictingSequence::plan_step(std::span<const TokenId> tokens, LogitsR
     const TokenId id = tokens[static_cast<size_t>(i)];
     if (id < 0 || id >= vocab) return Status::errorf("token {} is outside the vocabulary of {}", id, vocab);
   }
-  make_room(n);
+  if (!make_room(n)) return 0;
   const int slots = num_slots();
   const int live = num_live();
   const int bs = cache_.block_size();
@@ -295,7 +301,8 @@ void EvictingSequence::commit_step() {
   }
   note_peaks();
   if (pending_snapkv_) {
-    compact_to(snapkv_kept(step_weights_, options_.snapkv_window, options_.snapkv_kernel, options_.budget));
+    std::vector<int> kept = snapkv_kept(step_weights_, options_.snapkv_window, options_.snapkv_kernel, options_.budget);
+    if (!compact_to(kept)) deferred_kept_ = std::move(kept);
   }
 }
 

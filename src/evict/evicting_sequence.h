@@ -111,10 +111,12 @@ class EvictingSequence {
   // Tokens of the next forward, at most `remaining`.
   int next_step_size(int remaining) const;
   // Evicts so that a step of `step` tokens fits in the budget.
-  void make_room(int step);
+  // False when a shared block could not be copied before compaction wrote it (the pool is
+  // full): nothing was evicted, and plan_step answers 0 so the scheduler makes room.
+  [[nodiscard]] bool make_room(int step);
   void evict_oldest_window_tokens(int count);
   // Keeps the live slots `kept` (ascending) and compacts them to slots [0, kept.size()).
-  void compact_to(const std::vector<int>& kept);
+  [[nodiscard]] bool compact_to(const std::vector<int>& kept);  // false: as make_room
   // Blocks the pool just freed (ref count 0) give their KIVI staging back.
   void release_staging(const std::vector<BlockId>& freed);
   // Copies the shared blocks among table indices [first, end) so this sequence may write them.
@@ -139,6 +141,10 @@ class EvictingSequence {
   int pending_tokens_ = 0;
   bool pending_h2o_ = false;
   bool pending_snapkv_ = false;
+  // SnapKV's compression after a prompt step that found no block to copy a shared one into
+  // (another request attached this one's published blocks in the same step): the next
+  // plan_step applies it first.
+  std::vector<int> deferred_kept_;
   EvictionStats stats_;
 };
 

@@ -136,12 +136,6 @@ void handle_generation(ApiServer& server, Endpoint endpoint, const httplib::Requ
   const int max_tokens = resolve_max_tokens(r, static_cast<int>(prompt.tokens.size()), engine);
 
   // Admission control: beyond the running batch and the queue, ask the client to come back.
-  const EngineOptions& eo = engine.options();
-  if (server.in_flight_.load() + r.n > eo.max_seqs + server.options_.max_queue) {
-    throw ApiError(429, fmt::format("the server is at capacity ({} requests running or queued); retry shortly",
-                                    server.in_flight_.load()),
-                   "rate_limit_error", "", "queue_full");
-  }
 
   RequestOptions options;
   options.prompt = prompt.tokens;
@@ -154,7 +148,14 @@ void handle_generation(ApiServer& server, Endpoint endpoint, const httplib::Requ
   options.eviction = r.eviction;
   options.cache_salt = r.cache_salt;
 
+  // Counted before it is checked, so a burst cannot slip past the limit between the two.
   auto in_flight = std::make_shared<InFlight>(server.in_flight_, r.n);
+  const EngineOptions& eo = engine.options();
+  if (server.in_flight_.load() > eo.max_seqs + server.options_.max_queue) {
+    throw ApiError(429, fmt::format("the server is at capacity ({} requests running or queued); retry shortly",
+                                    eo.max_seqs + server.options_.max_queue),
+                   "rate_limit_error", "", "queue_full");
+  }
   auto session = std::make_shared<GenerationSession>(engine, std::move(options), r.n, r.logprobs);
   Status started = session->start();
   if (!started.ok()) {
@@ -249,6 +250,14 @@ void handle_generation(ApiServer& server, Endpoint endpoint, const httplib::Requ
     std::optional<ApiError> failure;
     if (!error.empty()) {
       failure = ApiError(500, "generation failed: " + error, "server_error");
+    } else if (!stream) {
+      // A whole response's status line went out when the provider started (httplib writes it
+      // first), so a timeout or a shutdown cancel ends the choices like max_tokens would:
+      // the text so far with finish_reason "length", never an error object under a 200.
+      for (ChoiceResult& c : choices) {
+        if (c.finish == FinishReason::kCancelled) c.finish = FinishReason::kLength;
+      }
+      if (timed_out) log.note = "ended by --request-timeout";
     } else if (timed_out) {
       failure = ApiError(504, fmt::format("the request ran past the server's timeout of {} s (--request-timeout)", timeout),
                          "timeout_error", "", "timeout");

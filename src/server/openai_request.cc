@@ -1,6 +1,7 @@
 #include "server/openai_request.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include <fmt/format.h>
@@ -156,6 +157,21 @@ void read_prompt(const json& value, int vocab_size, CompletionRequest& r) {
   wrong_type("prompt", "a string or an array of token ids");
 }
 
+// validate_eviction_options names the CLI's flags; a request names its fields.
+std::string kv_field_names(std::string message) {
+  const std::pair<const char*, const char*> names[] = {
+      {"--snapkv-window", "kv.snapkv_window"}, {"--snapkv-kernel", "kv.snapkv_kernel"},
+      {"--evicting-step", "kv.evicting_step"}, {"--budget", "kv.budget"}, {"--sinks", "kv.sinks"},
+      {"--recent", "kv.recent"}, {"--policy", "kv.policy"}};
+  for (const auto& [flag, field] : names) {
+    for (size_t at = message.find(flag); at != std::string::npos; at = message.find(flag, at)) {
+      message.replace(at, std::strlen(flag), field);
+      at += std::strlen(field);
+    }
+  }
+  return message;
+}
+
 void read_kv_extension(const json& kv, CompletionRequest& r) {
   if (!kv.is_object()) wrong_type("kv", "an object");
   if (const json* v = field(kv, "policy")) {
@@ -182,7 +198,7 @@ void read_kv_extension(const json& kv, CompletionRequest& r) {
   }
   if (r.eviction.policy != EvictionPolicy::kNone) {
     Status valid = validate_eviction_options(r.eviction);
-    if (!valid.ok()) throw invalid_request("'kv': " + valid.message(), "kv");
+    if (!valid.ok()) throw invalid_request("'kv': " + kv_field_names(valid.message()), "kv");
   }
 }
 

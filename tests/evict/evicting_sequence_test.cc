@@ -354,3 +354,53 @@ TEST(EvictingSequence, SharedBlocksAreCopiedBeforeTheyAreWrittenAndTheOtherOwner
 
 }  // namespace
 }  // namespace kvlm
+
+namespace kvlm {
+namespace {
+
+// A compaction that must copy a shared block when the pool is full answers "no room" (0 tokens
+// planned, nothing evicted), so the engine preempts, instead of aborting (found by the server's
+// load test: an H2O request's published blocks attached by another request, pool full).
+TEST(EvictingSequenceNoRoom, CompactionThatCannotCopyASharedBlockPlansNothingAndRetries) {
+  LlamaModel& model = tiny_model("tiny-gqa");
+  const ModelConfig& c = model.config();
+  for (EvictionPolicy p : {EvictionPolicy::kH2o, EvictionPolicy::kSnapKv}) {
+    SCOPED_TRACE(eviction_policy_name(p));
+    EvictionOptions o;
+    o.policy = p;
+    o.budget = 20;
+    o.recent = 4;
+    o.snapkv_window = 4;
+    constexpr int kBlocks = 16;
+    auto storage = KvStorage::create({c.num_layers, c.num_kv_heads, c.head_dim, 4}, KvType::kF32, KvType::kF32,
+                                     kBlocks)
+                       .value();
+    KvCacheManager cache(kBlocks, 4);
+    ThreadPool pool(1);
+    EvictingSequence seq(model, cache, *storage, o);
+    std::vector<float> logits;
+    const std::vector<TokenId> tokens = random_tokens(26, c.vocab_size, 9);
+    ASSERT_TRUE(seq.forward(std::span(tokens).first(20), LogitsRows::kLast, pool, logits).ok());
+    auto twin = seq.fork().value();  // shares every block
+    const SeqId filler = cache.create_sequence();
+    ASSERT_TRUE(cache.reserve(filler, cache.num_free_blocks() * 4));
+    ASSERT_EQ(cache.num_free_blocks(), 0);
+    SequenceStep step;
+    const std::span<const TokenId> next = std::span(tokens).subspan(20, 1);
+    const int64_t evicted_before = seq.stats().tokens_evicted;
+    auto planned = seq.plan_step(next, LogitsRows::kLast, step);
+    ASSERT_TRUE(planned.ok());
+    EXPECT_EQ(*planned, 0) << "no block to copy into: nothing planned";
+    EXPECT_EQ(seq.stats().tokens_evicted, evicted_before) << "nothing evicted";
+    cache.free_sequence(filler);
+    planned = seq.plan_step(next, LogitsRows::kLast, step);
+    ASSERT_TRUE(planned.ok());
+    EXPECT_EQ(*planned, 1);
+    model.forward(step, *storage, pool, logits);
+    seq.commit_step();
+    EXPECT_EQ(seq.num_live(), 20);
+  }
+}
+
+}  // namespace
+}  // namespace kvlm

@@ -127,5 +127,31 @@ TEST(ServerLifecycle, DrainFinishesOrCancelsInFlightStreamsAndRefusesNewOnes) {
   EXPECT_EQ(ts->engine().leaked_blocks(), 0);
 }
 
+TEST(ServerLifecycle, RequestTimeoutEndsAStreamWithAnErrorAndAWholeResponseLikeMaxTokens) {
+  KVLM_REQUIRE_STORIES();
+  TestServerOptions options;
+  options.server.request_timeout_seconds = 0.05;
+  TestServer ts(options);
+  auto c = ts.client();
+  int status = 0;
+  const json body = {{"prompt", "Once"}, {"max_tokens", 1900}, {"ignore_eos", true}};
+  const json whole = post_json(c, "/v1/completions", body, &status);
+  EXPECT_EQ(status, 200);
+  EXPECT_EQ(whole["choices"][0]["finish_reason"], "length") << whole.dump();
+  EXPECT_LT(whole["usage"]["completion_tokens"].get<int>(), 1900);
+  json streamed = body;
+  streamed["stream"] = true;
+  auto res = c.Post("/v1/completions", streamed.dump(), "application/json");
+  ASSERT_TRUE(res);
+  const auto events = sse_data(res->body);
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  const json error = json::parse(events[events.size() - 2]);
+  ASSERT_TRUE(error.contains("error")) << events[events.size() - 2];
+  EXPECT_EQ(error["error"]["code"], "timeout");
+  ASSERT_TRUE(ts.wait_idle());
+  EXPECT_EQ(ts.engine().leaked_blocks(), 0);
+}
+
 }  // namespace
 }  // namespace kvlm::testing

@@ -1,0 +1,144 @@
+// `kvlm serve` as a process (SIGTERM drains and exits 0) and `kvlm chat` reusing earlier turns.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "support/subprocess.h"
+#include "support/test_paths.h"
+
+namespace kvlm {
+namespace {
+
+using nlohmann::json;
+using testing::kvlm_binary;
+using testing::run_command;
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// A `kvlm serve` child with its stderr in a file; the port is read from its log.
+class ServeProcess {
+ public:
+  explicit ServeProcess(const std::vector<std::string>& args) {
+    log_ = testing::scratch_dir("cli_serve") / "serve.log";
+    pid_ = fork();
+    if (pid_ == 0) {
+      const int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(fd, STDERR_FILENO);
+      dup2(fd, STDOUT_FILENO);
+      std::vector<std::string> all = {kvlm_binary(), "serve", "--port", "0"};
+      all.insert(all.end(), args.begin(), args.end());
+      std::vector<char*> argv;
+      for (auto& a : all) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+  }
+  ~ServeProcess() {
+    if (pid_ > 0 && !exited_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  // Waits for "ready: http://127.0.0.1:PORT"; 0 when it never came.
+  int wait_ready() {
+    const std::regex ready(R"(ready: http://127\.0\.0\.1:(\d+)/v1)");
+    for (int i = 0; i < 500; ++i) {
+      std::smatch m;
+      const std::string log = read_file(log_);
+      if (std::regex_search(log, m, ready)) return std::stoi(m[1]);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return 0;
+  }
+  int terminate_and_wait() {
+    kill(pid_, SIGTERM);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    exited_ = true;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  std::string log() const { return read_file(log_); }
+
+ private:
+  pid_t pid_ = -1;
+  bool exited_ = false;
+  std::filesystem::path log_;
+};
+
+TEST(CliServe, SigtermDrainsInFlightStreamsAndExitsZero) {
+  ServeProcess serve({"--shutdown-timeout", "0.3", "--pool-blocks", "200"});
+  const int port = serve.wait_ready();
+  ASSERT_GT(port, 0) << serve.log();
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(30, 0);
+  auto health = c.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  // A short request finishes; a long stream is still running at SIGTERM.
+  auto short_res = c.Post("/v1/completions", R"({"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0})",
+                          "application/json");
+  ASSERT_TRUE(short_res);
+  EXPECT_EQ(short_res->status, 200);
+  EXPECT_NE(json::parse(short_res->body)["choices"][0]["text"].get<std::string>().find("there"), std::string::npos);
+  std::string streamed;
+  std::thread client([&] {
+    httplib::Client sc("127.0.0.1", port);
+    sc.set_read_timeout(30, 0);
+    auto res = sc.Post("/v1/completions", R"({"prompt": "Once", "max_tokens": 1900, "ignore_eos": true, "stream": true})",
+                       "application/json");
+    if (res) streamed = res->body;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(serve.terminate_and_wait(), 0) << serve.log();
+  client.join();
+  EXPECT_NE(streamed.find("data: [DONE]"), std::string::npos) << "the stream ended properly";
+  const std::string log = serve.log();
+  EXPECT_NE(log.find("SIGTERM: draining"), std::string::npos) << log;
+  EXPECT_NE(log.find("0 blocks leaked"), std::string::npos) << log;
+  // One log line per request, without the prompt text.
+  EXPECT_NE(log.find("POST /v1/completions 200 prompt="), std::string::npos) << log;
+  EXPECT_EQ(log.find("Once upon a time"), std::string::npos) << "prompts are logged only with --log-prompts";
+}
+
+TEST(CliServe, BadFlagsAreOneClearLine) {
+  auto r = run_command(kvlm_binary() + " serve --pool-blocks 4 --pool-memory 1MiB");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("give one"), std::string::npos) << r.err;
+  r = run_command(kvlm_binary() + " serve --port 70000");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--port 70000"), std::string::npos) << r.err;
+}
+
+TEST(CliChat, LaterTurnsReuseEarlierTurnsFromThePrefixCache) {
+  const auto r = run_command("printf 'Tell me a story about a dog.\\nAnd then what happened?\\n/stats\\n' | " +
+                             kvlm_binary() + " chat --temp 0 -n 40");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::regex stats(R"(last turn: prompt (\d+) tokens \((\d+) from the prefix cache)");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, stats)) << r.out;
+  const int prompt = std::stoi(m[1]);
+  const int cached = std::stoi(m[2]);
+  EXPECT_GT(cached, 16) << "the first turn's blocks come back";
+  EXPECT_LT(cached, prompt);
+  EXPECT_NE(r.out.find("pool: 1024 blocks"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace kvlm
