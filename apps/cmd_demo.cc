@@ -13,6 +13,7 @@
 
 #include "cli_error.h"
 #include "commands.h"
+#include "demo_server.h"
 #include "engine/generator.h"
 #include "kv/kv_type.h"
 #include "model/llama_model.h"
@@ -149,6 +150,7 @@ void run(const DemoFlags& f) {
               "planner agrees: %s\n",
               kF32Tolerance, ok ? "PASS" : "FAIL");
   if (!ok) throw CliError("the cached forward disagrees with the recomputation or the planner");
+  if (!demo_server(*model, pool)) throw CliError("the server part of the demo did not answer as expected");
 }
 
 }  // namespace
