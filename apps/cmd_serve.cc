@@ -142,8 +142,11 @@ void run(const ServeFlags& f, bool pool_memory_given, bool pool_blocks_given) {
   }
   auto engine = value_or_throw(Engine::create(*model, pool, eo));
   auto chat_format = chat::chat_format_for_model(model->file(), model->tokenizer());
-  if (!chat_format.ok()) throw CliError("the model's chat template: " + chat_format.status().message());
-  if (chat_format->is_fallback) {
+  if (!chat_format.ok()) {
+    spdlog::warn("the model's chat template cannot be used ({}): /v1/chat/completions answers 400, "
+                 "/v1/completions works",
+                 chat_format.status().message());
+  } else if (chat_format->is_fallback) {
     spdlog::warn("the model has no tokenizer.chat_template: /v1/chat/completions uses the chatml fallback");
   }
   const EngineMetrics m = engine->metrics();
@@ -152,7 +155,11 @@ void run(const ServeFlags& f, bool pool_memory_given, bool pool_blocks_given) {
                eo.num_blocks, eo.block_size, m.bytes_per_block * static_cast<double>(eo.num_blocks) / (1 << 20),
                eo.max_seqs, eo.max_batch_tokens);
   engine->start();
-  server.attach(*engine, std::move(*chat_format));
+  if (chat_format.ok()) {
+    server.attach(*engine, std::move(*chat_format));
+  } else {
+    server.attach_without_chat(*engine, chat_format.status().message());
+  }
   spdlog::info("ready: http://{}:{}/v1 (Ctrl-C drains and stops)", f.host, port);
   std::fflush(stdout);
 

@@ -247,6 +247,12 @@ void ApiServer::attach(Engine& engine, chat::ChatFormat chat_format) {
   state_.store(State::kReady);
 }
 
+void ApiServer::attach_without_chat(Engine& engine, std::string why) {
+  engine_ = &engine;
+  chat_unavailable_ = std::move(why);
+  state_.store(State::kReady);
+}
+
 void ApiServer::track(const std::shared_ptr<GenerationSession>& session) {
   std::lock_guard<std::mutex> lock(drain_mutex_);
   std::erase_if(sessions_, [](const auto& w) { return w.expired(); });

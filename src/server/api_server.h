@@ -52,6 +52,9 @@ class ApiServer {
   Result<int> bind();  // the port bound
   void start();        // serves on a thread of its own
   void attach(Engine& engine, chat::ChatFormat chat_format);
+  // A model whose chat template cannot be parsed still serves completions; its chat requests
+  // are a 400 `chat_template_error` carrying `why`.
+  void attach_without_chat(Engine& engine, std::string why);
   // Returns the number of requests that had to be cancelled at the deadline.
   int drain(double timeout_seconds);
   // Requests being generated (each choice counts).
@@ -73,7 +76,8 @@ class ApiServer {
   std::atomic<State> state_{State::kLoading};
   std::atomic<int> in_flight_{0};
   Engine* engine_ = nullptr;             // set once by attach(), before state_ becomes kReady
-  std::unique_ptr<chat::ChatFormat> chat_format_;
+  std::unique_ptr<chat::ChatFormat> chat_format_;  // null: see chat_unavailable_
+  std::string chat_unavailable_;
   ServerMetrics metrics_;
   std::atomic<uint64_t> next_id_{0};
   std::mutex drain_mutex_;

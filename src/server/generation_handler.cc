@@ -42,9 +42,10 @@ struct PreparedPrompt {
   std::string text;  // for --log-prompts
 };
 
-PreparedPrompt prepare_prompt(const CompletionRequest& r, const Tokenizer& tok, const chat::ChatFormat& format) {
+PreparedPrompt prepare_prompt(const CompletionRequest& r, const Tokenizer& tok, const chat::ChatFormat* chat_format) {
   PreparedPrompt p;
   if (r.endpoint == Endpoint::kChat) {
+    const chat::ChatFormat& format = *chat_format;
     auto rendered = format.render(r.messages, /*add_generation_prompt=*/true);
     if (!rendered.ok()) {
       throw invalid_request("the model's chat template cannot render these messages: " + rendered.status().message(),
@@ -132,7 +133,12 @@ void handle_generation(ApiServer& server, Endpoint endpoint, const httplib::Requ
                                     server.options_.model_name),
                    "invalid_request_error", "model", "model_not_found");
   }
-  PreparedPrompt prompt = prepare_prompt(r, tok, *server.chat_format_);
+  if (endpoint == Endpoint::kChat && server.chat_format_ == nullptr) {
+    throw invalid_request("this model's chat template cannot be used: " + server.chat_unavailable_ +
+                              "; /v1/completions with your own prompt text still works",
+                          "messages", "chat_template_error");
+  }
+  PreparedPrompt prompt = prepare_prompt(r, tok, server.chat_format_.get());
   const int max_tokens = resolve_max_tokens(r, static_cast<int>(prompt.tokens.size()), engine);
 
   // Admission control: beyond the running batch and the queue, ask the client to come back.

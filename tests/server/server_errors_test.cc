@@ -179,6 +179,19 @@ TEST(ServerErrors, LoadingIs503AndHealthSaysSo) {
   EXPECT_EQ(c.Get("/health")->status, 200);
 }
 
+TEST(ServerErrors, AnUnusableChatTemplateIsA400ForChatOnly) {
+  KVLM_REQUIRE_STORIES();
+  TestServerOptions options;
+  options.attach = false;
+  TestServer ts(options);
+  ts.attach_without_chat("1:4: unknown tag 'frobnicate'");
+  auto c = ts.client();
+  const ErrorReply r = post_raw(c, "/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}]})");
+  expect_error_object(r, 400, "invalid_request_error", "messages", "chat_template_error");
+  EXPECT_NE(r.error["message"].get<std::string>().find("unknown tag 'frobnicate'"), std::string::npos);
+  EXPECT_EQ(post_raw(c, "/v1/completions", R"({"prompt": "a", "max_tokens": 2})").status, 200);
+}
+
 TEST(ServerErrors, FullQueueIs429WithRetryAfter) {
   KVLM_REQUIRE_STORIES();
   TestServerOptions options;

@@ -87,6 +87,9 @@ TEST(ServerLifecycle, MetricsMoveAsRequestsRun) {
   const json body = {{"prompt", "Once upon a time"}, {"max_tokens", 10}, {"temperature", 0}, {"ignore_eos", true}};
   post_json(c, "/v1/completions", body);
   post_json(c, "/v1/completions", body);
+  // The gauges are refreshed after the step that ends a request, which may be just after its
+  // client has the last token: wait for that step before reading them.
+  ASSERT_TRUE(ts.wait_idle());
   const std::string after = metrics_body(ts);
   EXPECT_EQ(metric_value(after, "kvlm:generation_tokens_total" + labels), 20);
   EXPECT_EQ(metric_value(after, "kvlm:request_success_total{model_name=\"stories260K\",finished_reason=\"length\"}"), 2);

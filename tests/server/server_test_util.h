@@ -70,6 +70,10 @@ class TestServer {
     engine_->start();
     server_.attach(*engine_, chat::chat_format_for_model(model_.file(), model_.tokenizer()).value());
   }
+  void attach_without_chat(const std::string& why) {
+    engine_->start();
+    server_.attach_without_chat(*engine_, why);
+  }
   httplib::Client client() const {
     httplib::Client c("127.0.0.1", port_);
     c.set_read_timeout(60, 0);
