@@ -107,9 +107,8 @@ void run(const ChatFlags& f) {
     messages.push_back({{"role", "user"}, {"content", line}});
     auto rendered = format->render(messages, /*add_generation_prompt=*/true);
     if (!rendered.ok()) throw CliError("the chat template: " + rendered.status().message());
-    const bool template_has_bos = !format->bos_token.empty() && rendered->rfind(format->bos_token, 0) == 0;
     RequestOptions r;
-    r.prompt = tok.encode(*rendered, tok.add_bos() && !template_has_bos, SpecialTokens::kParse);
+    r.prompt = format->encode(*rendered, tok);
     r.max_tokens = f.max_tokens;
     r.sampler.temperature = f.temperature;
     r.sampler.top_p = f.top_p;

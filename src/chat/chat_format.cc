@@ -81,4 +81,9 @@ Result<ChatFormat> chat_format_for_model(const GgufFile& file, const Tokenizer& 
   return format;
 }
 
+std::vector<TokenId> ChatFormat::encode(std::string_view rendered, const Tokenizer& tokenizer) const {
+  const bool template_wrote_bos = !bos_token.empty() && rendered.substr(0, bos_token.size()) == bos_token;
+  return tokenizer.encode(rendered, tokenizer.add_bos() && !template_wrote_bos, SpecialTokens::kParse);
+}
+
 }  // namespace kvlm::chat

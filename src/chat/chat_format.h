@@ -36,6 +36,10 @@ struct ChatFormat {
   // add_generation_prompt, bos_token and eos_token always come from the arguments and the model.
   Result<std::string> render(const nlohmann::json& messages, bool add_generation_prompt,
                              const nlohmann::json& extra_context = nlohmann::json::object()) const;
+  // The rendered prompt as tokens: its special tokens parsed as special tokens, and a BOS added
+  // only when the vocabulary wants one and the template did not already write it (a second BOS
+  // would change the model's input).
+  std::vector<TokenId> encode(std::string_view rendered, const Tokenizer& tokenizer) const;
 };
 
 // Reads tokenizer.chat_template from the file (absent -> chatml with is_fallback=true; a

@@ -129,14 +129,12 @@ struct ApiServer::Handlers {
                                                 parse_special ? SpecialTokens::kParse : SpecialTokens::kAsText);
     json tokens = json::array();
     if (flag("with_pieces", false)) {
-      for (TokenId id : ids) tokens.push_back({{"id", id}, {"piece", sanitize_piece(tok.token_to_piece(id))}});
+      for (TokenId id : ids) tokens.push_back({{"id", id}, {"piece", sanitize_utf8(tok.token_to_piece(id))}});
     } else {
       for (TokenId id : ids) tokens.push_back(id);
     }
     send_json(res, 200, {{"tokens", tokens}});
   }
-
-  static std::string sanitize_piece(const std::string& piece);
 
   void detokenize(const httplib::Request& req, httplib::Response& res) {
     const json body = parse_json_body(req.body);
@@ -152,11 +150,9 @@ struct ApiServer::Handlers {
       }
       ids.push_back(static_cast<TokenId>(v.get<int64_t>()));
     }
-    send_json(res, 200, {{"content", sanitize_piece(tok.decode(ids))}});
+    send_json(res, 200, {{"content", sanitize_utf8(tok.decode(ids))}});
   }
 };
-
-std::string ApiServer::Handlers::sanitize_piece(const std::string& piece) { return sanitize_utf8(piece); }
 
 ApiServer::ApiServer(ServerOptions options) : options_(std::move(options)), http_(std::make_unique<httplib::Server>()) {}
 
@@ -222,7 +218,6 @@ Result<int> ApiServer::bind() {
     request_log().finish(req.method, req.path, res.status, options_.log_prompts);
   });
   svr.set_keep_alive_timeout(5);
-  (void)handlers.get();
   handlers_keepalive_ = handlers;
 
   int port = options_.port;
@@ -233,7 +228,6 @@ Result<int> ApiServer::bind() {
     return Status::errorf("cannot bind {}:{} (in use, or not an address of this machine)", options_.host, port);
   }
   if (*listen_fd >= 0) ::listen(*listen_fd, options_.listen_backlog);
-  bound_port_ = port;
   return port;
 }
 

@@ -83,7 +83,6 @@ class ApiServer {
   std::mutex drain_mutex_;
   std::vector<std::weak_ptr<GenerationSession>> sessions_;  // for drain's cancellation
   std::shared_ptr<Handlers> handlers_keepalive_;
-  int bound_port_ = 0;
 };
 
 }  // namespace kvlm::server

@@ -52,9 +52,7 @@ PreparedPrompt prepare_prompt(const CompletionRequest& r, const Tokenizer& tok, 
                             "messages", "chat_template_error");
     }
     p.text = *rendered;
-    // The template usually writes the BOS itself; a second one would change the model's input.
-    const bool template_has_bos = !format.bos_token.empty() && p.text.rfind(format.bos_token, 0) == 0;
-    p.tokens = tok.encode(p.text, tok.add_bos() && !template_has_bos, SpecialTokens::kParse);
+    p.tokens = format.encode(p.text, tok);
     p.stop_tokens = format.end_of_turn_tokens;
     p.stop_strings = format.end_of_turn_strings;
   } else if (r.prompt_is_tokens) {
