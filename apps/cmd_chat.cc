@@ -19,6 +19,7 @@
 #include "kv_flags.h"
 #include "model/llama_model.h"
 #include "model/tokenizer.h"
+#include "tokenizer_warnings.h"
 #include "model_source.h"
 
 namespace kvlm::cli {
@@ -35,6 +36,7 @@ struct ChatFlags {
   int pool_blocks = 1024;
   int block_size = 16;
   int threads = 0;
+  bool quiet = false;  // no tokenizer warnings
 };
 
 struct TurnStats {
@@ -67,6 +69,7 @@ void run(const ChatFlags& f) {
   const KvStorageOptions storage = f.kv.storage_options();
   std::unique_ptr<LlamaModel> model = load_model_or_embedded(f.model);
   const Tokenizer& tok = model->tokenizer();
+  if (!f.quiet) print_tokenizer_warnings(tok);
   auto format = chat::chat_format_for_model(model->file(), tok);
   if (!format.ok()) throw CliError("the model's chat template: " + format.status().message());
   ThreadPool pool(resolve_threads(f.threads));
@@ -157,6 +160,7 @@ CLI::App* add_chat_command(CLI::App& app) {
   cmd->add_option("--pool-blocks", flags->pool_blocks, "KV blocks in the pool")->capture_default_str();
   cmd->add_option("--block-size", flags->block_size, "tokens per KV block")->capture_default_str();
   cmd->add_option("--threads,-t", flags->threads, "threads (default: all cores)");
+  cmd->add_flag("--quiet,-q", flags->quiet, "do not print the tokenizer's warnings on stderr");
   cmd->callback([flags] { run(*flags); });
   return cmd;
 }

@@ -19,11 +19,11 @@ CLI::App* add_convert_command(CLI::App& app) {
   l2c->add_option("--tokenizer", options->tokenizer_path, "llama2.c tokenizer .bin")->required();
   l2c->add_option("--out,-o", options->out_path, "output GGUF path")->required();
   l2c->add_option("--name", options->name, "general.name");
-  l2c->add_option("--type", *type, "weight type: f32 | f16 | bf16 | q8_0 | q4_0")->capture_default_str();
+  l2c->add_option("--type", *type, fmt::format("weight type: {}", supported_ggml_type_names()))->capture_default_str();
   l2c->callback([options, type] {
     auto t = parse_ggml_type(*type);
     if (!t || !ggml_type_traits(*t).supported) {
-      throw CliError(fmt::format("--type '{}' is not one of: f32, f16, bf16, q8_0, q4_0", *type));
+      throw CliError(fmt::format("--type '{}' is not one of: {}", *type, supported_ggml_type_names()));
     }
     options->weight_type = *t;
     throw_if_error(convert_llama2c(*options));

@@ -21,6 +21,7 @@
 #include "model/llama_model.h"
 #include "planner_check.h"
 #include "text_file.h"
+#include "tokenizer_warnings.h"
 
 namespace kvlm::cli {
 namespace {
@@ -56,6 +57,7 @@ void run_ppl(const PplFlags& f, bool prefill_chunk_given) {
   const std::string text = read_text_file(f.text);
   auto model = value_or_throw(LlamaModel::load(f.model));
   const Tokenizer& tok = model->tokenizer();
+  print_tokenizer_warnings(tok);
   const std::vector<TokenId> tokens = tok.encode(text, tok.add_bos());
 
   PerplexityOptions options;

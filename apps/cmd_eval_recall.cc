@@ -12,6 +12,7 @@
 
 #include "cli_error.h"
 #include "text_file.h"
+#include "tokenizer_warnings.h"
 #include "commands.h"
 #include "eval/evicting_eval_cache.h"
 #include "eval/recall_probe.h"
@@ -82,6 +83,7 @@ void run_recall(const RecallFlags& f, const RecallFlagsGiven& given) {
   options.cache.storage = f.kv.storage_options();
   options.cache.block_size = f.block_size;
   auto model = value_or_throw(LlamaModel::load(f.model));
+  print_tokenizer_warnings(model->tokenizer());
   if (!f.text.empty()) {
     options.filler = model->tokenizer().encode(read_text_file(f.text), false);
   }

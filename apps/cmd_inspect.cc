@@ -1,4 +1,5 @@
 // `kvlm inspect`: architecture, shapes, tensor types, vocabulary and KV bytes per token of a GGUF model.
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -13,6 +14,7 @@
 #include "commands.h"
 #include "gguf/gguf_file.h"
 #include "kv/kv_type.h"
+#include "model/llama_weights.h"
 #include "model/model_config.h"
 #include "model/tokenizer.h"
 #include "model/tokenizer_gguf.h"
@@ -28,6 +30,62 @@ struct InspectFlags {
   bool tensors = false;
   bool metadata = false;
 };
+
+// llama.cpp's names for general.file_type (llama_ftype), as llama-quantize lists them.
+const char* file_type_name(int64_t ftype) {
+  static const std::map<int64_t, const char*> kNames = {
+      {0, "F32"},      {1, "F16"},      {2, "Q4_0"},     {3, "Q4_1"},     {7, "Q8_0"},     {8, "Q5_0"},
+      {9, "Q5_1"},     {10, "Q2_K"},    {11, "Q3_K_S"},  {12, "Q3_K_M"},  {13, "Q3_K_L"},  {14, "Q4_K_S"},
+      {15, "Q4_K_M"},  {16, "Q5_K_S"},  {17, "Q5_K_M"},  {18, "Q6_K"},    {19, "IQ2_XXS"}, {20, "IQ2_XS"},
+      {21, "Q2_K_S"},  {22, "IQ3_XS"},  {23, "IQ3_XXS"}, {24, "IQ1_S"},   {25, "IQ4_NL"},  {26, "IQ3_S"},
+      {27, "IQ3_M"},   {28, "IQ2_S"},   {29, "IQ2_M"},   {30, "IQ4_XS"},  {31, "IQ1_M"},   {32, "BF16"},
+      {36, "TQ1_0"},   {37, "TQ2_0"},   {38, "MXFP4_MOE"}, {40, "Q1_0"},  {41, "Q2_0"}};
+  const auto it = kNames.find(ftype);
+  return it == kNames.end() ? nullptr : it->second;
+}
+
+// "Q4_K 85%, Q6_K 15%": each type's share of the bytes of the 2-D tensors (the weight
+// matrices), largest first; norms and other 1-D tensors are always f32 and say nothing.
+std::string quantization_mix(const GgufFile& file) {
+  std::map<std::string, uint64_t> bytes;
+  uint64_t total = 0;
+  for (const GgufTensorInfo& t : file.tensors()) {
+    if (t.dims.size() < 2) continue;
+    bytes[std::string(ggml_type_name(t.type))] += t.num_bytes;
+    total += t.num_bytes;
+  }
+  std::vector<std::pair<uint64_t, std::string>> order;
+  for (const auto& [name, b] : bytes) order.emplace_back(b, name);
+  std::sort(order.rbegin(), order.rend());
+  std::string out;
+  for (const auto& [b, name] : order) {
+    out += fmt::format("{}{} {:.0f}%", out.empty() ? "" : ", ", name, 100.0 * static_cast<double>(b) / total);
+  }
+  return out;
+}
+
+std::string rope_description(const ModelConfig& c) {
+  std::string out = fmt::format("{}, base {:g}, {} rotary dims", c.rope.style == RopeStyle::kNeox ? "neox" : "normal (adjacent pairs)",
+                                c.rope.freq_base, c.rope.rotary_dim);
+  switch (c.rope_scaling) {
+    case RopeScalingKind::kNone:
+      out += ", no scaling";
+      break;
+    case RopeScalingKind::kLinear:
+      out += fmt::format(", linear scaling x{:g}", c.rope_scaling_factor);
+      break;
+    case RopeScalingKind::kYarn:
+      out += fmt::format(", YaRN x{:g} from {} tokens (attention factor {:.4f})", c.rope_scaling_factor,
+                         c.rope.yarn.original_context, rope_magnitude(c.rope) * rope_magnitude(c.rope));
+      break;
+    case RopeScalingKind::kLlama3: {
+      const auto [lo, hi] = std::minmax_element(c.rope.freq_factors.begin(), c.rope.freq_factors.end());
+      out += fmt::format(", Llama 3 frequency factors {:g}..{:g}", *lo, *hi);
+      break;
+    }
+  }
+  return out;
+}
 
 std::string human_bytes(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -67,6 +125,15 @@ void run(const InspectFlags& f) {
                          human_bytes(static_cast<double>(entry.second)));
   }
   std::printf("weights          %s total: %s\n", human_bytes(static_cast<double>(total_bytes)).c_str(), types.c_str());
+  {
+    std::string stated;
+    if (auto ftype = file->get_int("general.file_type"); ftype.ok()) {
+      const char* name = file_type_name(*ftype);
+      stated = name != nullptr ? fmt::format(" (general.file_type {}: {})", *ftype, name)
+                               : fmt::format(" (general.file_type {}: unknown)", *ftype);
+    }
+    std::printf("quantization     %s of the weight matrices' bytes%s\n", quantization_mix(*file).c_str(), stated.c_str());
+  }
   if (f.tensors) {
     for (const GgufTensorInfo& t : file->tensors()) {
       std::printf("  %-32s %-6s [%s]\n", t.name.c_str(), std::string(ggml_type_name(t.type)).c_str(),
@@ -76,7 +143,7 @@ void run(const InspectFlags& f) {
 
   auto config = ModelConfig::from_gguf(*file);
   if (!config.ok()) {
-    std::printf("model            not loadable: %s\n", config.status().message().c_str());
+    std::printf("runs in kvlm     no: %s\n", config.status().message().c_str());
     return;
   }
   const ModelConfig& c = *config;
@@ -85,9 +152,18 @@ void run(const InspectFlags& f) {
               c.vocab_size, c.context_length);
   std::printf("attention        %s: %d query heads, %d kv heads (group %d), head_dim %d\n",
               c.attention_kind().c_str(), c.num_heads, c.num_kv_heads, c.group_size(), c.head_dim);
-  std::printf("rope             %s, base %g, linear scale %g, %d rotary dims%s\n",
-              c.rope.style == RopeStyle::kNeox ? "neox" : "normal (adjacent pairs)", c.rope.freq_base,
-              1.0 / c.rope.freq_scale, c.rope.rotary_dim, c.has_qkv_bias ? ", q/k/v biases" : "");
+  std::printf("rope             %s\n", rope_description(c).c_str());
+  if (c.has_qkv_bias || c.has_qk_norm) {
+    std::printf("attention extras %s\n", c.has_qkv_bias ? "q/k/v biases" : "per-head RMSNorm of q and k");
+  }
+  std::printf("chat template    %s\n", file->find("tokenizer.chat_template") != nullptr
+                                          ? "yes (tokenizer.chat_template)"
+                                          : "none (kvlm chat and /v1/chat/completions use chatml)");
+  if (auto weights = LlamaWeights::bind(*file, c); weights.ok()) {
+    std::printf("runs in kvlm     yes\n");
+  } else {
+    std::printf("runs in kvlm     no: %s\n", weights.status().message().c_str());
+  }
   std::printf("output           %s\n", c.tied_output ? "tied to token_embd" : "separate output.weight");
 
   if (auto vocab = load_tokenizer_vocab(*file); vocab.ok()) {

@@ -172,9 +172,10 @@ Weights resolve_weights(const PlanFlags& f, const ModelShape& shape) {
   if (f.weight_type.empty() && shape.weight_bytes > 0) return {shape.weight_bytes, "tensor bytes of the GGUF"};
   const std::string type_name = f.weight_type.empty() ? "f16" : f.weight_type;
   const auto type = parse_ggml_type(type_name);
-  if (!type || (*type != GgmlType::kF32 && *type != GgmlType::kF16 && *type != GgmlType::kBF16 &&
-                *type != GgmlType::kQ8_0 && *type != GgmlType::kQ4_0)) {
-    throw CliError(fmt::format("--weight-type '{}' is not one of: f32, f16, bf16, q8_0, q4_0", type_name));
+  // Planning needs only a type's size per value, so types kvlm cannot compute with plan too.
+  if (!type || ggml_type_traits(*type).block_bytes == 0) {
+    throw CliError(fmt::format("--weight-type '{}' is not a GGML weight type (e.g. {})", type_name,
+                               supported_ggml_type_names()));
   }
   if (shape.num_params <= 0) return {0, "unknown (give --params)"};
   return {value_or_throw(weight_bytes_for(shape.num_params, *type)),

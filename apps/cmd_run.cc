@@ -16,6 +16,7 @@
 #include "model/llama_model.h"
 #include "model_source.h"
 #include "run_report.h"
+#include "tokenizer_warnings.h"
 
 namespace kvlm::cli {
 namespace {
@@ -39,6 +40,8 @@ struct RunFlags {
   bool json = false;
   bool verify = false;
   bool ignore_eos = false;
+  bool special = false;  // parse control-token text in the prompt
+  bool quiet = false;    // no tokenizer warnings
 };
 
 // Which of the flags that only some requests read the user gave.
@@ -75,8 +78,10 @@ void run(const RunFlags& f, const RunFlagsGiven& given) {
   const EvictionOptions eviction = f.evict.eviction();
   auto model = load_model_or_embedded(f.model);
   const Tokenizer& tok = model->tokenizer();
+  if (!f.quiet) print_tokenizer_warnings(tok);
   std::vector<TokenId> prompt =
-      f.has_prompt ? tok.encode(f.prompt, tok.add_bos()) : std::vector<TokenId>{tok.bos_id()};
+      f.has_prompt ? tok.encode(f.prompt, tok.add_bos(), f.special ? SpecialTokens::kParse : SpecialTokens::kAsText)
+                   : std::vector<TokenId>{tok.bos_id()};
   if (prompt.empty()) throw CliError("the prompt encodes to no tokens and the vocabulary has no BOS");
 
   GenerationOptions options;
@@ -146,6 +151,10 @@ CLI::App* add_run_command(CLI::App& app) {
   cmd->add_flag("--ignore-eos", flags->ignore_eos, "keep generating through EOS (and BOS) until --max-tokens");
   const CLI::Option* stats =
       cmd->add_flag("--stats", flags->stats, "print speed, cache savings and KV memory to stderr");
+  cmd->add_flag("--special", flags->special,
+                "parse control-token text in the prompt (\"<|eot_id|>\", \"<s>\") as those tokens; user-defined "
+                "tokens (\"<think>\") are always whole tokens");
+  cmd->add_flag("--quiet,-q", flags->quiet, "do not print the tokenizer's warnings on stderr");
   cmd->add_flag("--json", flags->json, "print one JSON object with the text, token ids and statistics");
   cmd->add_flag("--verify", flags->verify,
                 "check every step's logits against a no-cache reference forward (slow; small models)");

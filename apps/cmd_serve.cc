@@ -141,6 +141,7 @@ void run(const ServeFlags& f, bool pool_memory_given, bool pool_blocks_given) {
     eo.num_blocks = resolve_pool_blocks(f, *model, probe->metrics().bytes_per_block);
   }
   auto engine = value_or_throw(Engine::create(*model, pool, eo));
+  for (const std::string& warning : model->tokenizer().warnings()) spdlog::warn("tokenizer: {}", warning);
   auto chat_format = chat::chat_format_for_model(model->file(), model->tokenizer());
   if (!chat_format.ok()) {
     spdlog::warn("the model's chat template cannot be used ({}): /v1/chat/completions answers 400, "

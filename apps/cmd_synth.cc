@@ -19,6 +19,9 @@ struct SynthFlags {
   std::string type = "f32";
   int layers = 0, dim = 0, heads = 0, kv_heads = 0, head_dim = 0, ffn = 0, vocab = 0, context = 0;
   float rope_base = 0;
+  std::string rope_scaling;
+  float rope_factor = 0;
+  int rope_orig_ctx = 0;
   int tied = -1;  // -1: preset's choice
   uint64_t seed = 1;
   std::string name;
@@ -51,12 +54,15 @@ void run(const SynthFlags& f, const CLI::App& cmd) {
   if (cmd.count("--arch")) shape.architecture = f.arch;
   if (cmd.count("--rope-base")) shape.rope_freq_base = f.rope_base;
   if (f.tied >= 0) shape.tied_output = f.tied != 0;
+  if (cmd.count("--rope-scaling")) shape.rope_scaling.type = f.rope_scaling;
+  if (cmd.count("--rope-factor")) shape.rope_scaling.factor = f.rope_factor;
+  if (cmd.count("--rope-orig-ctx")) shape.rope_scaling.original_context = f.rope_orig_ctx;
 
   SynthOptions options;
   options.shape = shape;
   auto type = parse_ggml_type(f.type);
   if (!type || !ggml_type_traits(*type).supported) {
-    throw CliError(fmt::format("--type '{}' is not one of: f32, f16, bf16, q8_0, q4_0", f.type));
+    throw CliError(fmt::format("--type '{}' is not one of: {}", f.type, supported_ggml_type_names()));
   }
   options.weight_type = *type;
   options.seed = f.seed;
@@ -75,8 +81,8 @@ CLI::App* add_synth_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("synth", "Write a deterministic random-weight GGUF model");
   cmd->add_option("--out,-o", flags->out, "output GGUF path")->required();
   cmd->add_option("--preset", flags->preset, fmt::format("named shape: {}", fmt::join(synth_preset_names(), ", ")));
-  cmd->add_option("--arch", flags->arch, "architecture: llama | qwen2")->capture_default_str();
-  cmd->add_option("--type", flags->type, "weight type: f32 | f16 | bf16 | q8_0 | q4_0")->capture_default_str();
+  cmd->add_option("--arch", flags->arch, "architecture: llama | qwen2 | qwen3")->capture_default_str();
+  cmd->add_option("--type", flags->type, fmt::format("weight type: {}", supported_ggml_type_names()))->capture_default_str();
   cmd->add_option("--layers", flags->layers, "transformer blocks");
   cmd->add_option("--dim", flags->dim, "residual width");
   cmd->add_option("--heads", flags->heads, "query heads");
@@ -86,6 +92,10 @@ CLI::App* add_synth_command(CLI::App& app) {
   cmd->add_option("--vocab", flags->vocab, "vocabulary size");
   cmd->add_option("--context", flags->context, "context length written to the file");
   cmd->add_option("--rope-base", flags->rope_base, "RoPE frequency base");
+  cmd->add_option("--rope-scaling", flags->rope_scaling,
+                  "none | linear | yarn | llama3 (rope_freqs tensor) | llama3-metadata (rope_scaling keys)");
+  cmd->add_option("--rope-factor", flags->rope_factor, "RoPE scaling factor (context extension)");
+  cmd->add_option("--rope-orig-ctx", flags->rope_orig_ctx, "original context length (yarn, llama3)");
   cmd->add_option("--tied", flags->tied, "1: output shares the embedding, 0: separate output matrix");
   cmd->add_option("--seed", flags->seed, "weights seed")->capture_default_str();
   cmd->add_option("--name", flags->name, "general.name");

@@ -10,6 +10,7 @@ CLI::App* add_run_command(CLI::App& app);
 CLI::App* add_inspect_command(CLI::App& app);
 CLI::App* add_convert_command(CLI::App& app);
 CLI::App* add_synth_command(CLI::App& app);
+CLI::App* add_quantize_command(CLI::App& app);
 CLI::App* add_demo_command(CLI::App& app);
 CLI::App* add_eval_command(CLI::App& app);
 CLI::App* add_plan_command(CLI::App& app);

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   kvlm::cli::add_inspect_command(app);
   kvlm::cli::add_convert_command(app);
   kvlm::cli::add_synth_command(app);
+  kvlm::cli::add_quantize_command(app);
   kvlm::cli::add_demo_command(app);
   kvlm::cli::add_eval_command(app);
   kvlm::cli::add_plan_command(app);

@@ -64,7 +64,9 @@ void bm_matmul(benchmark::State& state, GgmlType type, int64_t rows, int64_t col
 }
 
 const bool kRegistered = [] {
-  const GgmlType types[] = {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_0};
+  const GgmlType types[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16,   GgmlType::kQ8_0, GgmlType::kQ4_0,
+                            GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,   GgmlType::kIQ4_NL, GgmlType::kQ2_K,
+                            GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K,   GgmlType::kQ6_K, GgmlType::kIQ4_XS};
   struct Shape {
     int64_t rows, cols;
   };

@@ -82,6 +82,12 @@ inline size_t task_scratch_floats(int num_rows, int head_dim) {
 
 using AttentionKernelFn = void (*)(const AttentionWork& work, const AttentionTask& task);
 
+// A witness of which kernel family ran: every task a kernel runs adds 1 to its family's count
+// (0 portable, 1 avx2, 2 avx512), so tests that name a family assert it really ran.
+enum class KernelFamily { kPortable = 0, kAvx2 = 1, kAvx512 = 2 };
+uint64_t kernel_family_runs(KernelFamily family);
+void count_kernel_family_run(KernelFamily family);
+
 // Kernels for one (K type, V type) pair; the SIMD ones need head_dim % 8 (avx2)
 // or % 16 (avx512) == 0 and the matching CPU features (avx512 includes VNNI). Every pair of KvTypes has
 // a kernel in every family.

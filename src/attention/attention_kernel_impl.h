@@ -668,6 +668,7 @@ struct AttentionKernel {
   }
 
   static void run(const AttentionWork& w, const AttentionTask& task) {
+    count_kernel_family_run(V::kFamily);
     const int D = w.layout.head_dim;
     const int G = w.group_size;
     const int bs = w.layout.block_size;

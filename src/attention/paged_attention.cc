@@ -1,6 +1,7 @@
 #include "attention/paged_attention.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -133,6 +134,18 @@ void add_token_weights(const PagedAttentionArgs& args, int num_chunks, size_t nu
 }
 
 }  // namespace
+
+namespace attention_internal {
+namespace {
+std::atomic<uint64_t> g_family_runs[3];
+}  // namespace
+uint64_t kernel_family_runs(KernelFamily family) {
+  return g_family_runs[static_cast<int>(family)].load(std::memory_order_relaxed);
+}
+void count_kernel_family_run(KernelFamily family) {
+  g_family_runs[static_cast<int>(family)].fetch_add(1, std::memory_order_relaxed);
+}
+}  // namespace attention_internal
 
 const char* attention_isa_name(AttentionIsa isa) {
   switch (isa) {

@@ -8,6 +8,7 @@ namespace kvlm::attention_internal {
 namespace {
 
 struct Avx2Ops {
+  static constexpr KernelFamily kFamily = KernelFamily::kAvx2;
   using Reg = __m256;
   static constexpr int kWidth = 8;
   static Reg zero() { return _mm256_setzero_ps(); }

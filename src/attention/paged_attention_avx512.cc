@@ -16,6 +16,7 @@ namespace {
 inline __m256 upper_half(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
 
 struct Avx512Ops {
+  static constexpr KernelFamily kFamily = KernelFamily::kAvx512;
   using Reg = __m512;
   static constexpr int kWidth = 16;
   static Reg zero() { return _mm512_setzero_ps(); }

@@ -9,6 +9,7 @@ namespace kvlm::attention_internal {
 namespace {
 
 struct ScalarOps {
+  static constexpr KernelFamily kFamily = KernelFamily::kPortable;
   using Reg = float;
   static constexpr int kWidth = 1;
   static Reg zero() { return 0.0f; }

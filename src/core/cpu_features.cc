@@ -80,7 +80,12 @@ const CpuFeatures& cpu_features() {
   static const CpuFeatures features = [] {
     const char* forced = std::getenv("KVLM_CPU");
     if (forced != nullptr && std::strcmp(forced, "portable") == 0) return CpuFeatures{};
-    return detect();
+    CpuFeatures f = detect();
+    if (forced != nullptr && std::strcmp(forced, "avx2") == 0) {  // everything past AVX2 off
+      f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = f.avx512vnni = f.avx512bf16 = false;
+      f.avx_vnni = f.amx_tile = f.amx_int8 = f.amx_bf16 = false;
+    }
+    return f;
   }();
   return features;
 }

@@ -23,8 +23,9 @@ struct CpuFeatures {
   std::string summary() const;  // e.g. "avx2 fma f16c avx512f ..."
 };
 
-// Detected once; KVLM_CPU=portable in the environment turns every feature off,
-// so tests and benchmarks can exercise the portable path on any machine.
+// Detected once; KVLM_CPU=portable in the environment turns every feature off, KVLM_CPU=avx2
+// every feature past AVX2/FMA/F16C, so tests and benchmarks can exercise the lower paths on
+// any machine.
 const CpuFeatures& cpu_features();
 
 }  // namespace kvlm

@@ -9,7 +9,9 @@
 
 namespace kvlm {
 
-// Tensor element types, numbered as GGUF stores them (ggml_type).
+// Tensor element types, numbered as GGUF stores them (ggml_type). Every id a GGUF file may
+// hold is named, including ids GGML has since removed (31-33, 36-38: repacked layouts that
+// files no longer carry) so a reader can say what it refuses.
 enum class GgmlType : uint32_t {
   kF32 = 0,
   kF16 = 1,
@@ -25,12 +27,33 @@ enum class GgmlType : uint32_t {
   kQ5_K = 13,
   kQ6_K = 14,
   kQ8_K = 15,
+  kIQ2_XXS = 16,
+  kIQ2_XS = 17,
+  kIQ3_XXS = 18,
+  kIQ1_S = 19,
+  kIQ4_NL = 20,
+  kIQ3_S = 21,
+  kIQ2_S = 22,
+  kIQ4_XS = 23,
   kI8 = 24,
   kI16 = 25,
   kI32 = 26,
   kI64 = 27,
   kF64 = 28,
+  kIQ1_M = 29,
   kBF16 = 30,
+  kQ4_0_4_4 = 31,  // removed from GGML
+  kQ4_0_4_8 = 32,  // removed
+  kQ4_0_8_8 = 33,  // removed
+  kTQ1_0 = 34,
+  kTQ2_0 = 35,
+  kIQ4_NL_4_4 = 36,  // removed
+  kIQ4_NL_4_8 = 37,  // removed
+  kIQ4_NL_8_8 = 38,  // removed
+  kMXFP4 = 39,
+  kNVFP4 = 40,
+  kQ1_0 = 41,  // ids 40-42 as the llama.cpp build in shared/anchors writes them
+  kQ2_0 = 42,
 };
 
 // Layout facts of one GGML type: `block_size` elements are stored in `block_bytes` bytes.
@@ -38,15 +61,17 @@ struct GgmlTypeTraits {
   std::string_view name;
   uint32_t block_size = 0;
   uint32_t block_bytes = 0;
-  bool supported = false;  // kvlm can compute with it
+  bool supported = false;  // kvlm can compute with it (matmul, dequantize, quantize)
 };
 
 // Traits for a raw type id read from a file; nullopt when the id is unknown.
 std::optional<GgmlTypeTraits> ggml_type_traits(uint32_t raw_type);
 GgmlTypeTraits ggml_type_traits(GgmlType type);
 std::string_view ggml_type_name(GgmlType type);
-// Parses "f32", "f16", "bf16", "q8_0", "q4_0" (case-insensitive).
+// Parses any type name ggml_type_name returns ("q4_k", "iq4_xs", ...), case-insensitive.
 std::optional<GgmlType> parse_ggml_type(std::string_view name);
+// Names of the supported types, comma-separated, for help texts and error messages.
+std::string_view supported_ggml_type_names();
 
 // GGML block layouts, exactly as stored in GGUF files.
 inline constexpr int kQ8_0BlockSize = 32;

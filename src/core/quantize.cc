@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "core/quantize_formats.h"
 
 namespace kvlm {
 namespace {
@@ -78,6 +79,23 @@ void quantize_row_reference(GgmlType type, const float* src, uint8_t* dst, int64
       quantize_q4_0(src, reinterpret_cast<BlockQ4_0*>(dst), n / kQ4_0BlockSize);
       return;
     default:
+      break;
+  }
+  const GgmlTypeTraits traits = ggml_type_traits(type);
+  KVLM_CHECK(traits.block_size > 0 && n % traits.block_size == 0, "{} row of {} elements", traits.name, n);
+  switch (type) {
+    case GgmlType::kQ4_1: return quant_formats::quantize_q4_1(src, dst, n);
+    case GgmlType::kQ5_0: return quant_formats::quantize_q5_0(src, dst, n);
+    case GgmlType::kQ5_1: return quant_formats::quantize_q5_1(src, dst, n);
+    case GgmlType::kIQ4_NL: return quant_formats::quantize_iq4_nl(src, dst, n);
+    case GgmlType::kQ2_K: return quant_formats::quantize_q2_k(src, dst, n);
+    case GgmlType::kQ3_K: return quant_formats::quantize_q3_k(src, dst, n);
+    case GgmlType::kQ4_K: return quant_formats::quantize_q4_k(src, dst, n);
+    case GgmlType::kQ5_K: return quant_formats::quantize_q5_k(src, dst, n);
+    case GgmlType::kQ6_K: return quant_formats::quantize_q6_k(src, dst, n);
+    case GgmlType::kQ8_K: return quant_formats::quantize_q8_k(src, dst, n);
+    case GgmlType::kIQ4_XS: return quant_formats::quantize_iq4_xs(src, dst, n);
+    default:
       KVLM_CHECK(false, "cannot quantize to {}", ggml_type_name(type));
   }
 }
@@ -125,6 +143,23 @@ void dequantize_row_reference(GgmlType type, const uint8_t* src, float* dst, int
       }
       return;
     }
+    default:
+      break;
+  }
+  const GgmlTypeTraits traits = ggml_type_traits(type);
+  KVLM_CHECK(traits.block_size > 0 && n % traits.block_size == 0, "{} row of {} elements", traits.name, n);
+  switch (type) {
+    case GgmlType::kQ4_1: return quant_formats::dequantize_q4_1(src, dst, n);
+    case GgmlType::kQ5_0: return quant_formats::dequantize_q5_0(src, dst, n);
+    case GgmlType::kQ5_1: return quant_formats::dequantize_q5_1(src, dst, n);
+    case GgmlType::kIQ4_NL: return quant_formats::dequantize_iq4_nl(src, dst, n);
+    case GgmlType::kQ2_K: return quant_formats::dequantize_q2_k(src, dst, n);
+    case GgmlType::kQ3_K: return quant_formats::dequantize_q3_k(src, dst, n);
+    case GgmlType::kQ4_K: return quant_formats::dequantize_q4_k(src, dst, n);
+    case GgmlType::kQ5_K: return quant_formats::dequantize_q5_k(src, dst, n);
+    case GgmlType::kQ6_K: return quant_formats::dequantize_q6_k(src, dst, n);
+    case GgmlType::kQ8_K: return quant_formats::dequantize_q8_k(src, dst, n);
+    case GgmlType::kIQ4_XS: return quant_formats::dequantize_iq4_xs(src, dst, n);
     default:
       KVLM_CHECK(false, "cannot dequantize {}", ggml_type_name(type));
   }

@@ -1,30 +1,13 @@
 #include "model/bpe_tokenizer.h"
 
 #include <algorithm>
+#include <optional>
 
-#include "core/check.h"
+#include "model/unicode_normalize.h"
 #include "model/unicode_utf8.h"
 
 namespace kvlm {
 namespace {
-
-constexpr const char* kGpt2Pattern = R"re('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)re";
-// Llama 3's (?i:'s|...) is spelled with explicit classes, as llama.cpp does, so that
-// Unicode case folding cannot make "'ſ" (long s) a contraction.
-constexpr const char* kLlama3Pattern =
-    R"re((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)re";
-constexpr const char* kQwen2Pattern =
-    R"re((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)re";
-
-// tokenizer.ggml.pre names, as llama.cpp's converter writes them, for each family.
-constexpr std::string_view kLlama3Names[] = {"llama3", "llama-v3", "llama-bpe", "falcon3", "pixtral"};
-constexpr std::string_view kQwen2Names[] = {"qwen2", "deepseek-r1-qwen", "megrez"};
-constexpr std::string_view kGpt2Names[] = {"default", "gpt2", "gpt-2", "phi-2"};
-
-template <size_t N>
-bool is_one_of(std::string_view name, const std::string_view (&names)[N]) {
-  return std::find(std::begin(names), std::end(names), name) != std::end(names);
-}
 
 // GPT-2's bytes_to_unicode: printable Latin-1 bytes stand for themselves, the other 68
 // bytes (controls, space, DEL, NBSP, soft hyphen...) for U+0100.. in byte order, so every
@@ -108,31 +91,10 @@ struct BigramGreater {
 
 }  // namespace
 
-std::string_view bpe_pre_tokenizer_pattern(BpePreTokenizer pre_tokenizer) {
-  switch (pre_tokenizer) {
-    case BpePreTokenizer::kLlama3: return kLlama3Pattern;
-    case BpePreTokenizer::kQwen2: return kQwen2Pattern;
-    case BpePreTokenizer::kGpt2: return kGpt2Pattern;
-  }
-  KVLM_CHECK(false, "unknown BpePreTokenizer {}", static_cast<int>(pre_tokenizer));
-  return {};
-}
-
 Result<std::unique_ptr<Tokenizer>> BpeTokenizer::create(TokenizerVocab vocab) {
-  BpePreTokenizer pre = BpePreTokenizer::kGpt2;
   std::string pre_warning;
-  if (is_one_of(vocab.pre, kLlama3Names)) {
-    pre = BpePreTokenizer::kLlama3;
-  } else if (is_one_of(vocab.pre, kQwen2Names)) {
-    pre = BpePreTokenizer::kQwen2;
-  } else if (!is_one_of(vocab.pre, kGpt2Names)) {
-    pre_warning = vocab.pre.empty()
-                      ? std::string("no pre-tokenizer type (tokenizer.ggml.pre); using the GPT-2 pattern")
-                      : fmt::format("unknown pre-tokenizer type '{}'; using the GPT-2 pattern", vocab.pre);
-  }
-  KVLM_ASSIGN_OR_RETURN(UnicodeRegex regex, UnicodeRegex::compile(std::string(bpe_pre_tokenizer_pattern(pre))));
-
-  std::unique_ptr<BpeTokenizer> tokenizer(new BpeTokenizer(std::move(vocab), pre, std::move(regex)));
+  KVLM_ASSIGN_OR_RETURN(BpePreTokenizer pre, BpePreTokenizer::create(vocab.pre, &pre_warning));
+  std::unique_ptr<BpeTokenizer> tokenizer(new BpeTokenizer(std::move(vocab), std::move(pre)));
   if (!pre_warning.empty()) tokenizer->add_warning(std::move(pre_warning));
   KVLM_RETURN_IF_ERROR(tokenizer->parse_merges());
   int num_missing_bytes = 0;
@@ -145,8 +107,8 @@ Result<std::unique_ptr<Tokenizer>> BpeTokenizer::create(TokenizerVocab vocab) {
   return std::unique_ptr<Tokenizer>(std::move(tokenizer));
 }
 
-BpeTokenizer::BpeTokenizer(TokenizerVocab vocab, BpePreTokenizer pre_tokenizer, UnicodeRegex regex)
-    : Tokenizer(std::move(vocab)), pre_tokenizer_(pre_tokenizer), regex_(std::move(regex)) {
+BpeTokenizer::BpeTokenizer(TokenizerVocab vocab, BpePreTokenizer pre_tokenizer)
+    : Tokenizer(std::move(vocab)), pre_tokenizer_(std::move(pre_tokenizer)) {
   const ByteAlphabet& alphabet = byte_alphabet();
   for (int b = 0; b < 256; ++b) byte_ids_[b] = find_token(alphabet.symbol[b]).value_or(-1);
   pieces_.resize(vocab_.tokens.size());
@@ -205,8 +167,14 @@ std::string BpeTokenizer::token_to_piece(TokenId id) const {
 
 void BpeTokenizer::encode_text(std::string_view text, bool /*after_special*/, std::vector<TokenId>* out) const {
   const ByteAlphabet& alphabet = byte_alphabet();
+  // Normalized text must outlive `words`, which view into it.
+  std::string normalized;
+  if (pre_tokenizer_.normalization() == TextNormalization::kNfc) {
+    normalized = nfc_normalize(text);
+    text = normalized;
+  }
   std::vector<std::string_view> words;
-  regex_.split(text, &words);
+  pre_tokenizer_.split(text, &words);
 
   std::vector<Symbol> symbols;
   std::vector<Bigram> queue;  // heap ordered by BigramGreater
@@ -223,7 +191,7 @@ void BpeTokenizer::encode_text(std::string_view text, bool /*after_special*/, st
   };
 
   for (const std::string_view word : words) {
-    if (pre_tokenizer_ == BpePreTokenizer::kLlama3) {
+    if (pre_tokenizer_.ignore_merges()) {
       mapped.clear();
       for (const char c : word) mapped += alphabet.symbol[static_cast<uint8_t>(c)];
       if (const std::optional<TokenId> id = find_token(mapped)) {

@@ -6,35 +6,27 @@
 #include <memory>
 #include <unordered_map>
 
+#include "model/bpe_pre_tokenizer.h"
 #include "model/tokenizer.h"
-#include "model/unicode_regex.h"
 
 namespace kvlm {
 
-// The pre-tokenizer regex families kvlm knows, chosen from tokenizer.ggml.pre.
-enum class BpePreTokenizer {
-  kGpt2,    // 's|'t|...| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ ("gpt2", "default", unknown types)
-  kLlama3,  // Llama 3: case-insensitive contractions, digits in groups of 1..3, "ignore merges"
-  kQwen2,   // Llama 3's pattern with single digits
-};
-
-// The PCRE2 pattern of a pre-tokenizer family (for tests and diagnostics).
-std::string_view bpe_pre_tokenizer_pattern(BpePreTokenizer pre_tokenizer);
-
-// Encodes like llama.cpp / HF byte-level BPE: split the text with the pre-tokenizer
-// regex; within each piece, each byte becomes its GPT-2 "byte-to-unicode" symbol, then
-// the adjacent pair with the lowest merge rank is merged repeatedly (ties: leftmost).
-// With kLlama3 a piece that is already a whole token is emitted as is ("ignore_merges").
-// A byte whose symbol is not a token encodes as unk (or nothing when there is none).
+// Encodes like HF byte-level BPE: normalize as the pre-tokenizer type says (Qwen2: NFC),
+// split the text into words with its regex stages; within each word, each byte becomes its
+// GPT-2 "byte-to-unicode" symbol, then the adjacent pair with the lowest merge rank is
+// merged repeatedly (ties: leftmost). With "ignore merges" (Llama 3) a word that is already
+// a whole token is emitted as is. A byte whose symbol is not a token encodes as unk (or
+// nothing when there is none).
 class BpeTokenizer final : public Tokenizer {
  public:
   // `vocab` is validated and has token types (see Tokenizer::create). Errors on malformed
-  // merges; unknown pre types and merges of absent tokens become warnings().
+  // merges and unknown pre-tokenizer types; a missing pre type, merges of absent tokens
+  // and missing byte symbols become warnings().
   static Result<std::unique_ptr<Tokenizer>> create(TokenizerVocab vocab);
 
   std::string token_to_piece(TokenId id) const override;
 
-  BpePreTokenizer pre_tokenizer() const { return pre_tokenizer_; }
+  const BpePreTokenizer& pre_tokenizer() const { return pre_tokenizer_; }
 
  private:
   struct Merge {
@@ -42,7 +34,7 @@ class BpeTokenizer final : public Tokenizer {
     TokenId merged = -1;
   };
 
-  BpeTokenizer(TokenizerVocab vocab, BpePreTokenizer pre_tokenizer, UnicodeRegex regex);
+  BpeTokenizer(TokenizerVocab vocab, BpePreTokenizer pre_tokenizer);
 
   void encode_text(std::string_view text, bool after_special, std::vector<TokenId>* out) const override;
   Status parse_merges();
@@ -52,7 +44,6 @@ class BpeTokenizer final : public Tokenizer {
   }
 
   BpePreTokenizer pre_tokenizer_;
-  UnicodeRegex regex_;
   std::unordered_map<uint64_t, Merge> merges_;  // (left id, right id) -> rank and result
   std::array<TokenId, 256> byte_ids_{};        // token of each byte's symbol, -1 when absent
   std::vector<std::string> pieces_;            // token_to_piece per id, precomputed

@@ -128,10 +128,7 @@ class FillErrors {
   std::string first_;
 };
 
-bool is_writable_weight_type(GgmlType type) {
-  return type == GgmlType::kF32 || type == GgmlType::kF16 || type == GgmlType::kBF16 || type == GgmlType::kQ8_0 ||
-         type == GgmlType::kQ4_0;
-}
+bool is_writable_weight_type(GgmlType type) { return ggml_type_traits(type).supported; }
 
 // The stored type of a [rows, cols] matrix: the requested one when cols fills whole blocks, else f32.
 GgmlType matrix_type(GgmlType wanted, int64_t cols) {
@@ -326,8 +323,8 @@ Result<SpmVocab> read_llama2c_tokenizer(const std::string& tokenizer_path, int v
 
 Status convert_llama2c(const Llama2cConvertOptions& options) {
   if (!is_writable_weight_type(options.weight_type)) {
-    return Status::errorf("convert: weight type {} is not supported (f32, f16, bf16, q8_0, q4_0)",
-                          ggml_type_name(options.weight_type));
+    return Status::errorf("convert: weight type {} is not supported ({})", ggml_type_name(options.weight_type),
+                          supported_ggml_type_names());
   }
   if (options.out_path.empty()) return Status::error("convert: no output path given");
   KVLM_ASSIGN_OR_RETURN(const Llama2cConfig c, read_llama2c_config(options.checkpoint_path));

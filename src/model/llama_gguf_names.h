@@ -27,6 +27,18 @@ inline constexpr const char* kRopeFreqBase = "rope.freq_base";
 inline constexpr const char* kRopeScalingType = "rope.scaling.type";   // "none" | "linear" | ...
 inline constexpr const char* kRopeScalingFactor = "rope.scaling.factor";
 inline constexpr const char* kRopeScaleLinear = "rope.scale_linear";   // older files
+inline constexpr const char* kRopeScalingOrigContext = "rope.scaling.original_context_length";
+inline constexpr const char* kRopeScalingAttnFactor = "rope.scaling.attn_factor";
+inline constexpr const char* kRopeYarnExtFactor = "rope.scaling.yarn_ext_factor";
+inline constexpr const char* kRopeYarnAttnFactor = "rope.scaling.yarn_attn_factor";
+inline constexpr const char* kRopeYarnBetaFast = "rope.scaling.yarn_beta_fast";
+inline constexpr const char* kRopeYarnBetaSlow = "rope.scaling.yarn_beta_slow";
+// Llama 3.x rope_scaling parameters, for files without rope_freqs.weight (kvlm's keys).
+inline constexpr const char* kRopeLowFreqFactor = "rope.scaling.low_freq_factor";
+inline constexpr const char* kRopeHighFreqFactor = "rope.scaling.high_freq_factor";
+inline constexpr const char* kRopeFreqBaseSwa = "rope.freq_base_swa";            // gemma3 local layers
+inline constexpr const char* kSlidingWindow = "attention.sliding_window";
+inline constexpr const char* kSlidingWindowPattern = "attention.sliding_window_pattern";
 inline constexpr const char* kVocabSize = "vocab_size";
 
 // Tokenizer keys (not architecture-prefixed).
@@ -47,6 +59,7 @@ inline constexpr const char* kTokAddSpacePrefix = "tokenizer.ggml.add_space_pref
 inline constexpr const char* kTokenEmbd = "token_embd.weight";     // dims {dim, vocab}
 inline constexpr const char* kOutputNorm = "output_norm.weight";   // {dim}
 inline constexpr const char* kOutput = "output.weight";            // {dim, vocab}; absent when tied
+inline constexpr const char* kRopeFreqs = "rope_freqs.weight";     // {rotary_dim / 2} Llama 3.x frequency factors
 inline std::string blk(int layer, const char* name) { return fmt::format("blk.{}.{}", layer, name); }
 inline constexpr const char* kAttnNorm = "attn_norm.weight";       // {dim}
 inline constexpr const char* kAttnQ = "attn_q.weight";             // {dim, heads*head_dim}
@@ -60,5 +73,9 @@ inline constexpr const char* kFfnNorm = "ffn_norm.weight";         // {dim}
 inline constexpr const char* kFfnGate = "ffn_gate.weight";         // {dim, ffn}
 inline constexpr const char* kFfnUp = "ffn_up.weight";             // {dim, ffn}
 inline constexpr const char* kFfnDown = "ffn_down.weight";         // {ffn, dim}
+inline constexpr const char* kAttnQNorm = "attn_q_norm.weight";    // {head_dim} qwen3, gemma3: per-head RMSNorm
+inline constexpr const char* kAttnKNorm = "attn_k_norm.weight";    // {head_dim}
+inline constexpr const char* kAttnPostNorm = "post_attention_norm.weight";  // {dim} gemma3
+inline constexpr const char* kFfnPostNorm = "post_ffw_norm.weight";         // {dim} gemma3
 
 }  // namespace kvlm::llama_names

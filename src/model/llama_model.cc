@@ -143,6 +143,17 @@ void LlamaModel::forward_batch(std::span<const SequenceStep> steps, KvStorage& c
     add_bias(q_.data(), w.bq, n);
     add_bias(k_.data(), w.bk, n);
     add_bias(v_.data(), w.bv, n);
+    if (c.has_qk_norm) {
+      // Each head of q and k is normalized on its own, before RoPE (qwen3).
+      pool.parallel_for(n, 8, [&](int64_t begin, int64_t end) {
+        for (int64_t t = begin; t < end; ++t) {
+          float* q = &q_[static_cast<size_t>(t * c.q_dim())];
+          float* k = &k_[static_cast<size_t>(t * c.kv_dim())];
+          for (int h = 0; h < c.num_heads; ++h) rms_norm(q + h * c.head_dim, w.q_norm.data(), q + h * c.head_dim, c.head_dim, c.rms_eps);
+          for (int h = 0; h < c.num_kv_heads; ++h) rms_norm(k + h * c.head_dim, w.k_norm.data(), k + h * c.head_dim, c.head_dim, c.rms_eps);
+        }
+      });
+    }
 
     // Keys are stored already rotated with their position, so cached keys never need work again.
     // (A codec's own rotation of keys and queries, KvStorage::keys_rotated, is the KV side's.)

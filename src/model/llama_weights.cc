@@ -1,6 +1,9 @@
 #include "model/llama_weights.h"
 
+#include <algorithm>
+#include <map>
 #include <string>
+#include <string_view>
 
 #include <fmt/ranges.h>
 
@@ -30,8 +33,7 @@ class TensorBinder {
       return nullptr;
     }
     if (!ggml_type_traits(t->type).supported) {
-      problems_.push_back(fmt::format("'{}' has weight type {} which kvlm does not support (f32, f16, bf16, q8_0, q4_0)",
-                                      name, ggml_type_name(t->type)));
+      unsupported_[ggml_type_name(t->type)].push_back(name);
       return nullptr;
     }
     return t;
@@ -52,10 +54,18 @@ class TensorBinder {
   }
 
   Status status() const {
-    if (missing_.empty() && problems_.empty()) return Status::ok_status();
+    if (missing_.empty() && problems_.empty() && unsupported_.empty()) return Status::ok_status();
     std::string msg = fmt::format("{}: cannot load the model:", file_.name());
     if (!missing_.empty()) msg += fmt::format(" missing tensors: {}.", fmt::join(missing_, ", "));
     if (!problems_.empty()) msg += fmt::format(" {}.", fmt::join(problems_, "; "));
+    // One clause per type, naming a few tensors: a file of one unsupported type has hundreds.
+    for (const auto& [type, tensors] : unsupported_) {
+      constexpr size_t kNamed = 3;
+      const std::vector<std::string> named(tensors.begin(), tensors.begin() + std::min(kNamed, tensors.size()));
+      msg += fmt::format(" weight type {} is not supported by kvlm ({} tensor{}: {}{}).", type, tensors.size(),
+                         tensors.size() == 1 ? "" : "s", fmt::join(named, ", "), tensors.size() > kNamed ? ", ..." : "");
+    }
+    if (!unsupported_.empty()) msg += fmt::format(" kvlm computes with: {}.", supported_ggml_type_names());
     return Status::error(msg);
   }
 
@@ -63,6 +73,7 @@ class TensorBinder {
   const GgufFile& file_;
   std::vector<std::string> missing_;
   std::vector<std::string> problems_;
+  std::map<std::string_view, std::vector<std::string>> unsupported_;  // type name -> tensors
 };
 
 uint64_t matrix_bytes(const WeightMatrix& w) { return static_cast<uint64_t>(w.rows) * w.row_bytes; }
@@ -87,6 +98,10 @@ Result<LlamaWeights> LlamaWeights::bind(const GgufFile& file, const ModelConfig&
       layer.bq = b.vector(names::blk(l, names::kAttnQBias), c.q_dim());
       layer.bk = b.vector(names::blk(l, names::kAttnKBias), c.kv_dim());
       layer.bv = b.vector(names::blk(l, names::kAttnVBias), c.kv_dim());
+    }
+    if (c.has_qk_norm) {
+      layer.q_norm = b.vector(names::blk(l, names::kAttnQNorm), c.head_dim);
+      layer.k_norm = b.vector(names::blk(l, names::kAttnKNorm), c.head_dim);
     }
     layer.ffn_norm = b.vector(names::blk(l, names::kFfnNorm), c.dim);
     layer.w_gate = b.matrix(names::blk(l, names::kFfnGate), c.ffn_dim, c.dim);

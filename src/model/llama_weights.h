@@ -20,6 +20,8 @@ struct LlamaLayerWeights {
   std::vector<float> bq;         // [q_dim]   qwen2 only, else empty
   std::vector<float> bk;         // [kv_dim]
   std::vector<float> bv;         // [kv_dim]
+  std::vector<float> q_norm;     // [head_dim] qwen3: RMSNorm of each query head, else empty
+  std::vector<float> k_norm;     // [head_dim] the same for each key head
   std::vector<float> ffn_norm;   // [dim]
   WeightMatrix w_gate;           // [ffn_dim, dim]
   WeightMatrix w_up;             // [ffn_dim, dim]

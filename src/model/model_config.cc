@@ -11,8 +11,9 @@ namespace {
 
 namespace names = llama_names;
 
-// Architectures that share the llama block; qwen2 adds Q/K/V biases and NeoX-style RoPE.
-constexpr std::array<std::string_view, 3> kSupportedArchitectures = {"llama", "mistral", "qwen2"};
+// Architectures that share the llama block; qwen2 adds Q/K/V biases and NeoX-style RoPE,
+// qwen3 drops the biases for a per-head RMSNorm of q and k.
+constexpr std::array<std::string_view, 4> kSupportedArchitectures = {"llama", "mistral", "qwen2", "qwen3"};
 
 // Reads a positive integer hyper-parameter "<arch>.<suffix>" bounded by `max`.
 Result<int> read_dimension(const GgufFile& file, const std::string& arch, const char* suffix, int64_t max) {
@@ -39,7 +40,7 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& file) {
   bool supported = false;
   for (std::string_view a : kSupportedArchitectures) supported |= (a == c.architecture);
   if (!supported) {
-    return Status::errorf("{}: architecture '{}' is not supported (supported: llama, mistral, qwen2)", file.name(),
+    return Status::errorf("{}: architecture '{}' is not supported (supported: llama, mistral, qwen2, qwen3)", file.name(),
                           c.architecture);
   }
   if (auto name = file.get_string(names::kName); name.ok()) c.name = *name;
@@ -79,32 +80,18 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& file) {
   if (c.head_dim % 2 != 0) return Status::errorf("{}: head dimension {} must be even for RoPE", file.name(), c.head_dim);
 
   if (auto eps = file.get_float(names::key(arch, names::kRmsEps)); eps.ok()) c.rms_eps = static_cast<float>(*eps);
-  c.rope.head_dim = c.head_dim;
-  c.rope.rotary_dim = c.head_dim;
+  int rotary_dim = c.head_dim;
   if (file.find(names::key(arch, names::kRopeDimensionCount)) != nullptr) {
-    KVLM_ASSIGN_OR_RETURN(c.rope.rotary_dim, read_dimension(file, arch, names::kRopeDimensionCount, c.head_dim));
-    if (c.rope.rotary_dim % 2 != 0) return Status::errorf("{}: rope.dimension_count must be even", file.name());
+    KVLM_ASSIGN_OR_RETURN(rotary_dim, read_dimension(file, arch, names::kRopeDimensionCount, c.head_dim));
+    if (rotary_dim % 2 != 0) return Status::errorf("{}: rope.dimension_count must be even", file.name());
   }
-  if (auto base = file.get_float(names::key(arch, names::kRopeFreqBase)); base.ok()) {
-    if (!(*base > 0)) return Status::errorf("{}: rope.freq_base {} must be positive", file.name(), *base);
-    c.rope.freq_base = static_cast<float>(*base);
-  }
-  // Linear RoPE scaling divides positions by the factor.
-  float linear_factor = 1.0f;
-  if (auto type = file.get_string(names::key(arch, names::kRopeScalingType)); type.ok()) {
-    if (*type == "linear") {
-      KVLM_ASSIGN_OR_RETURN(double factor, file.get_float(names::key(arch, names::kRopeScalingFactor)));
-      linear_factor = static_cast<float>(factor);
-    } else if (*type != "none") {
-      return Status::errorf("{}: rope scaling type '{}' is not supported (none, linear)", file.name(), *type);
-    }
-  } else if (auto factor = file.get_float(names::key(arch, names::kRopeScaleLinear)); factor.ok()) {
-    linear_factor = static_cast<float>(*factor);
-  }
-  if (!(linear_factor > 0)) return Status::errorf("{}: rope scaling factor must be positive", file.name());
-  c.rope.freq_scale = 1.0f / linear_factor;
-  c.rope.style = arch == "qwen2" ? RopeStyle::kNeox : RopeStyle::kNormal;
+  const RopeStyle style = arch == "qwen2" || arch == "qwen3" ? RopeStyle::kNeox : RopeStyle::kNormal;
+  KVLM_ASSIGN_OR_RETURN(RopeConfig rope, read_rope_config(file, arch, c.head_dim, rotary_dim, style));
+  c.rope = std::move(rope.params);
+  c.rope_scaling = rope.scaling;
+  c.rope_scaling_factor = rope.scaling_factor;
   c.has_qkv_bias = file.find_tensor(names::blk(0, names::kAttnQBias)) != nullptr;
+  c.has_qk_norm = arch == "qwen3";
   c.tied_output = file.find_tensor(names::kOutput) == nullptr;
 
   const GgufTensorInfo* embd = file.find_tensor(names::kTokenEmbd);

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "model/rope_scaling.h"
 #include "ops/elementwise.h"
 
 namespace kvlm {
@@ -11,7 +12,7 @@ namespace kvlm {
 class GgufFile;
 
 struct ModelConfig {
-  std::string architecture;  // "llama", "mistral", "qwen2"
+  std::string architecture;  // "llama", "mistral", "qwen2", "qwen3"
   std::string name;          // general.name, may be empty
   int num_layers = 0;
   int dim = 0;               // residual stream width
@@ -23,7 +24,10 @@ struct ModelConfig {
   int context_length = 0;    // trained context the file states
   float rms_eps = 1e-5f;
   RopeParams rope;
+  RopeScalingKind rope_scaling = RopeScalingKind::kNone;  // how `rope` was scaled, for inspect
+  float rope_scaling_factor = 1.0f;
   bool has_qkv_bias = false; // qwen2
+  bool has_qk_norm = false;  // qwen3: per-head RMSNorm of q and k before RoPE
   bool tied_output = false;  // output projection shares token_embd
 
   int q_dim() const { return num_heads * head_dim; }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 
 #include <fmt/format.h>
@@ -12,6 +13,7 @@
 #include "gguf/gguf_file_type.h"
 #include "gguf/gguf_writer.h"
 #include "model/llama_gguf_names.h"
+#include "model/rope_scaling.h"
 #include "model/synthetic_vocab.h"
 
 namespace kvlm {
@@ -43,10 +45,20 @@ SynthShape make_shape(const char* arch, int layers, int dim, int heads, int kv_h
   return s;
 }
 
+// Llama 3.x's RoPE: frequency factors for an 8,192-token original context, as rope_freqs.
+SynthShape llama3_scaled(SynthShape s, float factor) {
+  s.rope_scaling.type = "llama3";
+  s.rope_scaling.factor = factor;
+  s.rope_scaling.original_context = 8192;
+  return s;
+}
+
 const std::vector<NamedPreset>& presets() {
   static const std::vector<NamedPreset> kPresets = {
       // Real models' shapes (weights are random): the memory and speed of the real thing.
-      {"llama-3.2-1b", make_shape("llama", 16, 2048, 32, 8, 64, 8192, 128256, 131072, 500000.0f, 1e-5f, true, false)},
+      {"llama-3.2-1b", llama3_scaled(make_shape("llama", 16, 2048, 32, 8, 64, 8192, 128256, 131072, 500000.0f, 1e-5f,
+                                                 true, false),
+                                      32.0f)},
       {"llama-2-7b", make_shape("llama", 32, 4096, 32, 32, 128, 11008, 32000, 4096, 10000.0f, 1e-5f, false, false)},
       // Tiny models for tests, one per attention kind.
       {"tiny-mha", make_shape("llama", 2, 64, 4, 4, 16, 128, 512, 256, 10000.0f, 1e-5f, true, false)},
@@ -54,6 +66,8 @@ const std::vector<NamedPreset>& presets() {
       {"tiny-mqa", make_shape("llama", 2, 64, 8, 1, 8, 128, 512, 256, 10000.0f, 1e-5f, true, false)},
       {"tiny-untied", make_shape("llama", 2, 64, 4, 2, 16, 128, 512, 256, 10000.0f, 1e-5f, false, false)},
       {"qwen2-tiny", make_shape("qwen2", 2, 64, 4, 2, 16, 128, 512, 256, 1000000.0f, 1e-6f, true, true)},
+      {"qwen3-tiny", make_shape("qwen3", 2, 64, 4, 2, 32, 128, 512, 256, 1000000.0f, 1e-6f, true, false)},
+      {"qwen3-0.6b", make_shape("qwen3", 28, 1024, 16, 8, 128, 3072, 151936, 40960, 1000000.0f, 1e-6f, true, false)},
   };
   return kPresets;
 }
@@ -128,6 +142,13 @@ class TensorGenerator {
   }
   // Norm weights and biases: always f32, as the loader reads them.
   void vector(const std::string& name, int64_t n, Distribution d) { add(name, GgmlType::kF32, {n}, 1, n, d); }
+  // Given values (the rope_freqs factors), as f32.
+  void values(const std::string& name, std::vector<float> v) {
+    const int64_t n = static_cast<int64_t>(v.size());
+    writer_.add_tensor(name, GgmlType::kF32, {n}, [v = std::move(v)](uint8_t* dst, uint64_t num_bytes) {
+      std::memcpy(dst, v.data(), num_bytes);
+    });
+  }
 
  private:
   void add(const std::string& name, GgmlType type, std::vector<int64_t> dims, int64_t rows, int64_t cols,
@@ -170,13 +191,30 @@ int64_t SynthShape::num_parameters() const {
   const int64_t per_layer = 2 * d                                          // attn_norm, ffn_norm
                             + d * q_dim() + 2 * d * kv_dim() + q_dim() * d  // q, k, v, output
                             + 3 * d * ffn_dim                              // gate, up, down
-                            + (qkv_bias ? q_dim() + 2 * kv_dim() : 0);
-  return int64_t{vocab_size} * d * (tied_output ? 1 : 2) + d + per_layer * num_layers;
+                            + (qkv_bias ? q_dim() + 2 * kv_dim() : 0)
+                            + (architecture == "qwen3" ? 2 * head_dim : 0);
+  const bool freqs_tensor = rope_scaling.type == "llama3";
+  return int64_t{vocab_size} * d * (tied_output ? 1 : 2) + d + per_layer * num_layers + (freqs_tensor ? head_dim / 2 : 0);
 }
 
 Status SynthShape::validate() const {
-  if (architecture != "llama" && architecture != "qwen2") {
-    return Status::errorf("synth shape: architecture '{}' is not supported (llama, qwen2)", architecture);
+  if (architecture != "llama" && architecture != "qwen2" && architecture != "qwen3") {
+    return Status::errorf("synth shape: architecture '{}' is not supported (llama, qwen2, qwen3)", architecture);
+  }
+  const SynthRopeScaling& r = rope_scaling;
+  if (r.type != "none" && r.type != "linear" && r.type != "yarn" && r.type != "llama3" && r.type != "llama3-metadata") {
+    return Status::errorf("synth shape: rope scaling '{}' is not one of none, linear, yarn, llama3, llama3-metadata",
+                          r.type);
+  }
+  if (r.type != "none" && (!(r.factor >= 1.0f) || !std::isfinite(r.factor))) {
+    return Status::errorf("synth shape: rope scaling factor {} must be >= 1", r.factor);
+  }
+  if ((r.type == "yarn" || r.type.starts_with("llama3")) && r.original_context <= 0) {
+    return Status::errorf("synth shape: rope scaling '{}' needs an original context length", r.type);
+  }
+  if (r.type.starts_with("llama3") && !(r.high_freq_factor > r.low_freq_factor && r.low_freq_factor > 0.0f)) {
+    return Status::errorf("synth shape: llama3 rope needs high_freq_factor {} > low_freq_factor {} > 0",
+                          r.high_freq_factor, r.low_freq_factor);
   }
   // Bounds match what the model loader accepts and keep byte counts far from overflow.
   KVLM_RETURN_IF_ERROR(check_range("num_layers", num_layers, 1, 1024));
@@ -218,9 +256,8 @@ Status synthesize_model(const SynthOptions& options) {
   const SynthShape& s = options.shape;
   KVLM_RETURN_IF_ERROR(s.validate());
   const GgmlType wt = options.weight_type;
-  if (wt != GgmlType::kF32 && wt != GgmlType::kF16 && wt != GgmlType::kBF16 && wt != GgmlType::kQ8_0 &&
-      wt != GgmlType::kQ4_0) {
-    return Status::errorf("synth: weight type {} is not supported (f32, f16, bf16, q8_0, q4_0)", ggml_type_name(wt));
+  if (!ggml_type_traits(wt).supported) {
+    return Status::errorf("synth: weight type {} is not supported", ggml_type_name(wt));
   }
   if (options.out_path.empty()) return Status::error("synth: no output path given");
   if (options.num_threads < 0) return Status::errorf("synth: num_threads = {} must be >= 0", options.num_threads);
@@ -244,6 +281,18 @@ Status synthesize_model(const SynthOptions& options) {
   w.set_f32(names::key(arch, names::kRopeFreqBase), s.rope_freq_base);
   w.set_f32(names::key(arch, names::kRmsEps), s.rms_eps);
   w.set_u32(names::key(arch, names::kVocabSize), static_cast<uint32_t>(s.vocab_size));
+  const SynthRopeScaling& rs = s.rope_scaling;
+  if (rs.type == "linear" || rs.type == "yarn" || rs.type == "llama3-metadata") {
+    w.set_string(names::key(arch, names::kRopeScalingType), rs.type == "llama3-metadata" ? "llama3" : rs.type);
+    w.set_f32(names::key(arch, names::kRopeScalingFactor), rs.factor);
+  }
+  if (rs.type == "yarn" || rs.type == "llama3-metadata") {
+    w.set_u32(names::key(arch, names::kRopeScalingOrigContext), static_cast<uint32_t>(rs.original_context));
+  }
+  if (rs.type == "llama3-metadata") {
+    w.set_f32(names::key(arch, names::kRopeLowFreqFactor), rs.low_freq_factor);
+    w.set_f32(names::key(arch, names::kRopeHighFreqFactor), rs.high_freq_factor);
+  }
   add_spm_vocab_metadata(w, vocab);
 
   ThreadPool pool(options.num_threads > 0 ? options.num_threads : ThreadPool::default_num_threads());
@@ -255,6 +304,10 @@ Status synthesize_model(const SynthOptions& options) {
   const Distribution norm{1.0f, 0.02f};
   const Distribution bias{0.0f, 0.1f};
 
+  if (rs.type == "llama3") {
+    gen.values(names::kRopeFreqs, llama3_frequency_factors(s.head_dim, s.rope_freq_base, rs.factor, rs.low_freq_factor,
+                                                           rs.high_freq_factor, rs.original_context));
+  }
   gen.matrix(names::kTokenEmbd, s.vocab_size, s.dim, embedding);
   gen.vector(names::kOutputNorm, s.dim, norm);
   if (!s.tied_output) gen.matrix(names::kOutput, s.vocab_size, s.dim, embedding);
@@ -267,6 +320,10 @@ Status synthesize_model(const SynthOptions& options) {
       gen.vector(names::blk(l, names::kAttnQBias), s.q_dim(), bias);
       gen.vector(names::blk(l, names::kAttnKBias), s.kv_dim(), bias);
       gen.vector(names::blk(l, names::kAttnVBias), s.kv_dim(), bias);
+    }
+    if (arch == "qwen3") {
+      gen.vector(names::blk(l, names::kAttnQNorm), s.head_dim, norm);
+      gen.vector(names::blk(l, names::kAttnKNorm), s.head_dim, norm);
     }
     gen.matrix(names::blk(l, names::kAttnOutput), s.dim, s.q_dim(), {0.0f, residual_std(s.q_dim())});
     gen.vector(names::blk(l, names::kFfnNorm), s.dim, norm);

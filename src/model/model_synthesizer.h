@@ -11,8 +11,18 @@
 
 namespace kvlm {
 
+// How the synthesized model's RoPE is scaled, written as real converters write it.
+struct SynthRopeScaling {
+  std::string type = "none";   // "none", "linear", "yarn" (metadata), "llama3" (the rope_freqs
+                               // tensor), "llama3-metadata" (the rope_scaling keys, no tensor)
+  float factor = 1.0f;
+  int original_context = 0;    // yarn and llama3
+  float low_freq_factor = 1.0f;   // llama3
+  float high_freq_factor = 4.0f;
+};
+
 struct SynthShape {
-  std::string architecture = "llama";  // "llama" or "qwen2" (NeoX RoPE, keys under "qwen2.")
+  std::string architecture = "llama";  // "llama", "qwen2" (NeoX RoPE, q/k/v biases) or "qwen3" (q/k norms)
   int num_layers = 0;
   int dim = 0;
   int num_heads = 0;
@@ -25,6 +35,7 @@ struct SynthShape {
   float rms_eps = 1e-5f;
   bool tied_output = true;             // no output.weight: the classifier is token_embd
   bool qkv_bias = false;               // attn_{q,k,v}.bias tensors, as qwen2 has
+  SynthRopeScaling rope_scaling;
 
   int q_dim() const { return num_heads * head_dim; }
   int kv_dim() const { return num_kv_heads * head_dim; }
@@ -36,7 +47,7 @@ struct SynthShape {
 
 struct SynthOptions {
   SynthShape shape;
-  GgmlType weight_type = GgmlType::kF32;  // matrices: f32, f16, bf16, q8_0, q4_0; norms and biases stay f32
+  GgmlType weight_type = GgmlType::kF32;  // matrices: any type kvlm can quantize; norms and biases stay f32
   uint64_t seed = 1;
   std::string name;                       // general.name; empty: "synthetic"
   std::string out_path;
@@ -53,6 +64,7 @@ std::vector<std::string> synth_preset_names();
 //   attn_q/k/v, ffn_gate/up uniform, std 1/sqrt(fan_in)
 //   attn_output, ffn_down   uniform, std 1/sqrt(fan_in * 2 * num_layers)  (residual stream stays ~1)
 //   norms                   1 + uniform noise of std 0.02;  biases  uniform, std 0.1
+//   qwen3's q/k norms       as norms
 // Tensors are generated row by row at write time, in parallel, so large models never sit in memory.
 Status synthesize_model(const SynthOptions& options);
 

@@ -86,6 +86,7 @@ Tokenizer::Tokenizer(TokenizerVocab vocab) : vocab_(std::move(vocab)) {
     if (type == TokenType::kControl || type == TokenType::kUserDefined || type == TokenType::kUnknown) {
       special_matcher_.add(vocab_.tokens[i], static_cast<TokenId>(i));
     }
+    if (type == TokenType::kUserDefined) user_matcher_.add(vocab_.tokens[i], static_cast<TokenId>(i));
   }
 }
 
@@ -105,14 +106,15 @@ std::optional<TokenId> Tokenizer::find_token(std::string_view text) const {
 std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_bos, SpecialTokens special) const {
   std::vector<TokenId> ids;
   if (add_bos && vocab_.bos_id >= 0) ids.push_back(vocab_.bos_id);
-  if (special == SpecialTokens::kAsText || special_matcher_.empty()) {
+  const SpecialTokenMatcher& matcher = special == SpecialTokens::kParse ? special_matcher_ : user_matcher_;
+  if (matcher.empty()) {
     if (!text.empty()) encode_text(text, /*after_special=*/true, &ids);
     return ids;
   }
   bool after_special = true;
   size_t pos = 0;
   while (pos < text.size()) {
-    const SpecialTokenMatcher::Match match = special_matcher_.find_next(text, pos);
+    const SpecialTokenMatcher::Match match = matcher.find_next(text, pos);
     if (match.begin > pos) {
       encode_text(text.substr(pos, match.begin - pos), after_special, &ids);
       after_special = false;

@@ -30,12 +30,15 @@ struct TokenizerVocab {
   bool add_space_prefix = true;      // tokenizer.ggml.add_space_prefix (SPM dummy prefix)
 };
 
-// How encode treats text that spells a control or user-defined token ("<|eot_id|>").
+// How encode treats text that spells a control token ("<|eot_id|>", "<s>"). User-defined
+// tokens (Qwen's "<think>", Gemma's "<table>" and newline runs: HF's non-special added
+// tokens) are matched as whole tokens in both modes, as the models' own encoders do.
+// Matches are leftmost first, longest among those; SPM adds its dummy prefix again after
+// each one (HF normalizes each span between added tokens on its own, as does llama.cpp).
 enum class SpecialTokens {
   kAsText,  // plain text: "<s>" is encoded as the characters '<', 's', '>' (the default)
-  kParse,   // spans spelling a control, user-defined or unknown token become that one token
-            // (llama.cpp's parse_special, HF's added tokens), leftmost match first, longest
-            // among those; SPM adds its dummy prefix again after each one, as llama.cpp does.
+  kParse,   // spans spelling a control or unknown token become that one token too
+            // (llama.cpp's parse_special; HF's encoders always do this)
 };
 
 // Immutable after create(): encode, decode and token_to_piece may run on many threads at once.
@@ -78,8 +81,9 @@ class Tokenizer {
   // Exact lookup of a token's stored text (e.g. "<|eot_id|>"); nullopt when absent.
   std::optional<TokenId> find_token(std::string_view text) const;
 
-  // Non-fatal findings of create(): an unknown BPE pre-tokenizer type replaced by the
-  // default pattern, merges naming absent tokens, missing byte tokens. Empty when clean.
+  // Non-fatal findings of create(): a BPE vocabulary naming no pre-tokenizer (GPT-2's is
+  // used), merges naming absent tokens, missing byte tokens. Empty when clean. The CLI
+  // prints them on stderr.
   const std::vector<std::string>& warnings() const { return warnings_; }
 
  protected:
@@ -100,7 +104,8 @@ class Tokenizer {
   std::unordered_map<std::string_view, TokenId> token_ids_;
 
  private:
-  SpecialTokenMatcher special_matcher_;  // control, user-defined and unknown tokens
+  SpecialTokenMatcher special_matcher_;  // control, user-defined and unknown tokens (kParse)
+  SpecialTokenMatcher user_matcher_;     // user-defined tokens only (kAsText)
   std::vector<std::string> warnings_;
 };
 

@@ -1,7 +1,9 @@
 // Elementwise ops: argument checks, ISA dispatch, the portable kernels, and RoPE.
 #include "ops/elementwise.h"
 
+#include <algorithm>
 #include <cmath>
+#include <numbers>
 #include <vector>
 
 #include "core/check.h"
@@ -47,37 +49,38 @@ void softmax_portable(float* x, int64_t n) {
 // layer at the same position, so the last table of each thread is reused; thread_local keeps
 // it safe without locks.
 struct RopeTable {
-  int rotary_dim = -1;
-  float freq_base = 0.0f;
-  float freq_scale = 0.0f;
+  RopeParams params;
+  bool valid = false;
   Position pos = 0;
-  std::vector<double> inv_freq;  // [rotary_dim / 2] freq_base^(-2i/rotary_dim)
-  std::vector<float> cos;        // [rotary_dim / 2]
-  std::vector<float> sin;        // [rotary_dim / 2]
+  std::vector<double> freq;  // [rotary_dim / 2] rope_pair_frequencies
+  double magnitude = 1.0;
+  std::vector<float> cos;    // [rotary_dim / 2]
+  std::vector<float> sin;    // [rotary_dim / 2]
 
-  void prepare(const RopeParams& params, Position position) {
-    const bool same_freqs =
-        rotary_dim == params.rotary_dim && freq_base == params.freq_base && freq_scale == params.freq_scale;
+  static bool same_frequencies(const RopeParams& a, const RopeParams& b) {
+    return a.rotary_dim == b.rotary_dim && a.freq_base == b.freq_base && a.freq_scale == b.freq_scale &&
+           a.freq_factors == b.freq_factors && a.yarn.ext_factor == b.yarn.ext_factor &&
+           a.yarn.attn_factor == b.yarn.attn_factor && a.yarn.beta_fast == b.yarn.beta_fast &&
+           a.yarn.beta_slow == b.yarn.beta_slow && a.yarn.original_context == b.yarn.original_context;
+  }
+
+  void prepare(const RopeParams& p, Position position) {
+    const bool same_freqs = valid && same_frequencies(params, p);
     if (same_freqs && pos == position) return;
-    const int num_pairs = params.rotary_dim / 2;
     if (!same_freqs) {
-      rotary_dim = params.rotary_dim;
-      freq_base = params.freq_base;
-      freq_scale = params.freq_scale;
-      inv_freq.resize(num_pairs);
-      for (int i = 0; i < num_pairs; ++i) {
-        inv_freq[i] = std::pow(static_cast<double>(freq_base), -2.0 * i / rotary_dim);
-      }
-      cos.resize(num_pairs);
-      sin.resize(num_pairs);
+      params = p;
+      freq = rope_pair_frequencies(p);
+      magnitude = rope_magnitude(p);
+      cos.resize(freq.size());
+      sin.resize(freq.size());
+      valid = true;
     }
     pos = position;
     // In double: at positions near 1e5 an f32 angle would be off by ~0.01 rad.
-    const double scaled_pos = static_cast<double>(position) * static_cast<double>(freq_scale);
-    for (int i = 0; i < num_pairs; ++i) {
-      const double theta = scaled_pos * inv_freq[i];
-      cos[i] = static_cast<float>(std::cos(theta));
-      sin[i] = static_cast<float>(std::sin(theta));
+    for (size_t i = 0; i < freq.size(); ++i) {
+      const double theta = static_cast<double>(position) * freq[i];
+      cos[i] = static_cast<float>(std::cos(theta) * magnitude);
+      sin[i] = static_cast<float>(std::sin(theta) * magnitude);
     }
   }
 };
@@ -129,6 +132,41 @@ void softmax(float* x, int64_t n) {
   if (n == 0) return;
   KVLM_CHECK(x != nullptr, "softmax: null operand");
   best_kernels().softmax(x, n);
+}
+
+std::vector<double> rope_pair_frequencies(const RopeParams& p) {
+  const int num_pairs = p.rotary_dim / 2;
+  KVLM_CHECK(p.freq_factors.empty() || static_cast<int>(p.freq_factors.size()) == num_pairs,
+             "rope: {} frequency factors for {} pairs", p.freq_factors.size(), num_pairs);
+  // YaRN's ramp runs over the pair index between the pairs that turn beta_fast and beta_slow
+  // times over the original context: pair i turns ctx · f_i / 2π times, f_i = base^(-2i/d).
+  double ramp_low = 0.0, ramp_high = 0.0;
+  if (p.yarn.ext_factor != 0.0f) {
+    auto pair_turning = [&](double turns) {
+      return p.rotary_dim * std::log(p.yarn.original_context / (turns * 2.0 * std::numbers::pi)) / (2.0 * std::log(p.freq_base));
+    };
+    ramp_low = std::max(0.0, std::floor(pair_turning(p.yarn.beta_fast)));
+    ramp_high = std::min(static_cast<double>(p.rotary_dim - 1), std::ceil(pair_turning(p.yarn.beta_slow)));
+  }
+  std::vector<double> freq(static_cast<size_t>(num_pairs));
+  for (int i = 0; i < num_pairs; ++i) {
+    double f = std::pow(static_cast<double>(p.freq_base), -2.0 * i / p.rotary_dim);
+    if (!p.freq_factors.empty()) f /= p.freq_factors[static_cast<size_t>(i)];
+    const double interpolated = f * p.freq_scale;
+    if (p.yarn.ext_factor == 0.0f) {
+      freq[static_cast<size_t>(i)] = interpolated;
+      continue;
+    }
+    const double y = (i - ramp_low) / std::max(0.001, ramp_high - ramp_low);
+    const double keep = (1.0 - std::clamp(y, 0.0, 1.0)) * p.yarn.ext_factor;  // 1: the original frequency
+    freq[static_cast<size_t>(i)] = interpolated * (1.0 - keep) + f * keep;
+  }
+  return freq;
+}
+
+double rope_magnitude(const RopeParams& p) {
+  if (p.yarn.ext_factor == 0.0f) return p.yarn.attn_factor;
+  return p.yarn.attn_factor * (1.0 + 0.1 * std::log(1.0 / p.freq_scale));
 }
 
 void rope_apply(const RopeParams& params, float* x, int num_heads, Position pos) {

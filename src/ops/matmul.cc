@@ -2,6 +2,8 @@
 #include "ops/matmul.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cmath>
 #include <cstring>
 
 #include "core/check.h"
@@ -21,7 +23,25 @@ constexpr int64_t kMinMacsPerChunk = 1 << 16;
 // is multiplied with them; longer batches re-stream the weights once per chunk.
 constexpr int64_t kActivationBytesPerChunk = 384 << 10;
 
-bool is_quantized(GgmlType type) { return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0; }
+// Q8_0 / Q4_0 have hand-tiled kernels (and the token-group kernel); the later types go
+// through the decoded-block kernels.
+bool is_classic_quantized(GgmlType type) { return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0; }
+
+bool has_min(GgmlType type) { return type == GgmlType::kQ4_1 || type == GgmlType::kQ5_1; }
+
+std::atomic<uint64_t> g_kernel_runs[3];
+
+MatmulRowsFn decoded_rows_fn(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx2:
+      return matmul_rows_decoded_avx2;
+    case Isa::kAvx512:
+      return matmul_rows_decoded_avx512;
+    case Isa::kPortable:
+      break;
+  }
+  return matmul_rows_decoded_portable;
+}
 
 MatmulRowsFn rows_fn(Isa isa) {
   switch (isa) {
@@ -49,7 +69,8 @@ QuantizeActivationsFn quantize_fn(Isa isa) {
 
 void check_weight(const WeightMatrix& w) {
   const GgmlTypeTraits traits = ggml_type_traits(w.type);
-  KVLM_CHECK(w.type == GgmlType::kF32 || w.type == GgmlType::kF16 || w.type == GgmlType::kBF16 || is_quantized(w.type),
+  KVLM_CHECK(w.type == GgmlType::kF32 || w.type == GgmlType::kF16 || w.type == GgmlType::kBF16 ||
+                 activation_format(w.type) != ActivationFormat::kNone,
              "matmul does not support weight type {}", traits.name);
   KVLM_CHECK(w.data != nullptr && w.rows > 0 && w.cols > 0, "empty weight matrix ({} x {})", w.rows, w.cols);
   KVLM_CHECK(w.cols % traits.block_size == 0, "{} weight with {} cols: not a whole number of blocks of {}", traits.name,
@@ -72,6 +93,65 @@ ActivationBuffer& scratch_token_groups() {
 
 }  // namespace
 
+ActivationFormat activation_format(GgmlType type) {
+  switch (type) {
+    case GgmlType::kQ8_0:
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1:
+    case GgmlType::kIQ4_NL:
+      return ActivationFormat::kBlocks32;
+    case GgmlType::kQ2_K:
+    case GgmlType::kQ3_K:
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+    case GgmlType::kQ6_K:
+    case GgmlType::kIQ4_XS:
+      return ActivationFormat::kSuperBlocks;
+    default:
+      return ActivationFormat::kNone;
+  }
+}
+
+uint64_t isa_kernel_runs(Isa isa) { return g_kernel_runs[static_cast<int>(isa)].load(std::memory_order_relaxed); }
+void count_isa_kernel_run(Isa isa) { g_kernel_runs[static_cast<int>(isa)].fetch_add(1, std::memory_order_relaxed); }
+
+void quantize_superblock_activations(const float* x, int64_t cols, int64_t token_begin, int64_t token_end,
+                                     const SuperBlockActivations& out) {
+  const int64_t num_blocks = cols / 256;
+  constexpr float kMagic = 12582912.0f;  // 1.5 · 2^23: the addition rounds to nearest even
+  for (int64_t t = token_begin; t < token_end; ++t) {
+    for (int64_t b = 0; b < num_blocks; ++b) {
+      const float* xb = x + t * cols + b * 256;
+      const int64_t idx = t * num_blocks + b;
+      float amax = 0.0f;
+      for (int i = 0; i < 256; ++i) amax = std::max(amax, std::fabs(xb[i]));
+      const float inv_d = amax != 0.0f ? 127.0f / amax : 0.0f;
+      int8_t* q = out.qs + idx * 256;
+      for (int i = 0; i < 256; ++i) q[i] = static_cast<int8_t>(static_cast<int32_t>((xb[i] * inv_d + kMagic) - kMagic));
+      out.scales[idx] = amax / 127.0f;
+      for (int s = 0; s < 16; ++s) {
+        int32_t sum = 0;
+        for (int i = 0; i < 16; ++i) sum += q[16 * s + i];
+        out.bsums[idx * 16 + s] = static_cast<int16_t>(sum);
+      }
+    }
+  }
+}
+
+SuperBlockActivations ActivationBuffer::super_view(int64_t num_tokens, int64_t num_blocks) {
+  const int64_t num = num_tokens * num_blocks;
+  uint8_t* p = reserve(num * SuperBlockActivations::bytes_per_token(1));
+  SuperBlockActivations a;
+  a.num_tokens = num_tokens;
+  a.num_blocks = num_blocks;
+  a.qs = reinterpret_cast<int8_t*>(p);
+  a.bsums = reinterpret_cast<int16_t*>(p + num * 256);
+  a.scales = reinterpret_cast<float*>(p + num * (256 + 32));
+  return a;
+}
+
 uint8_t* ActivationBuffer::reserve(int64_t bytes) {
   constexpr int64_t kAlign = 64;
   if (bytes + kAlign > capacity_) {
@@ -92,6 +172,7 @@ QuantizedActivations ActivationBuffer::view(int64_t num_tokens, int64_t num_bloc
   q.qs = reinterpret_cast<int8_t*>(p);
   q.bias = reinterpret_cast<int32_t*>(p + num * 32);
   q.scales = reinterpret_cast<float*>(p + num * (32 + 32));
+  q.sums = reinterpret_cast<int32_t*>(p + num * (32 + 32 + 4));
   return q;
 }
 
@@ -131,7 +212,7 @@ void interleave_token_groups(const QuantizedActivations& xq, int64_t group_begin
 }
 
 int64_t token_groups_for_batch(Isa isa, GgmlType type, int64_t num_tokens) {
-  if (isa != Isa::kAvx512 || !is_quantized(type)) return 0;
+  if (isa != Isa::kAvx512 || !is_classic_quantized(type)) return 0;
   // A group costs about as much as 8-9 tokens on the row kernel: a remainder of 9 or more
   // tokens is cheaper as a padded group.
   constexpr int64_t kMinPaddedGroup = 9;
@@ -158,15 +239,24 @@ void matmul_with_isa(Isa isa, const WeightMatrix& w, const float* x, float* y, i
   problem.y = y;
   int64_t bytes_per_token = w.cols * static_cast<int64_t>(sizeof(float));
   QuantizedActivations xq;
+  SuperBlockActivations xk;
   TokenGroupActivations xg;
   int64_t num_groups = 0;  // groups of 16 tokens for the token-group kernel
-  if (is_quantized(w.type)) {
+  const ActivationFormat format = activation_format(w.type);
+  if (format == ActivationFormat::kBlocks32) {
     const int64_t num_blocks = w.cols / 32;
     xq = scratch_activations().view(num_tokens, num_blocks);
-    const int32_t offset = activation_bias_offset(isa, w.type);
+    const int32_t offset = is_classic_quantized(w.type) ? activation_bias_offset(isa, w.type) : 0;
     const QuantizeActivationsFn quantize = quantize_fn(isa);
-    pool.parallel_for(num_tokens, std::max<int64_t>(1, 4096 / w.cols),
-                      [&](int64_t begin, int64_t end) { quantize(x, w.cols, begin, end, offset, xq); });
+    const bool sums = has_min(w.type);
+    pool.parallel_for(num_tokens, std::max<int64_t>(1, 4096 / w.cols), [&](int64_t begin, int64_t end) {
+      quantize(x, w.cols, begin, end, offset, xq);
+      for (int64_t i = begin * num_blocks; sums && i < end * num_blocks; ++i) {
+        int32_t sum = 0;
+        for (int k = 0; k < 32; ++k) sum += xq.qs[i * 32 + k];
+        xq.sums[i] = sum;
+      }
+    });
     problem.xq = &xq;
     bytes_per_token = QuantizedActivations::bytes_per_token(num_blocks);
     num_groups = token_groups_for_batch(isa, w.type, num_tokens);
@@ -176,6 +266,14 @@ void matmul_with_isa(Isa isa, const WeightMatrix& w, const float* x, float* y, i
                         [&](int64_t begin, int64_t end) { interleave_token_groups(xq, begin, end, xg); });
       problem.xg = &xg;
     }
+  } else if (format == ActivationFormat::kSuperBlocks) {
+    const int64_t num_blocks = w.cols / 256;
+    xk = scratch_activations().super_view(num_tokens, num_blocks);
+    pool.parallel_for(num_tokens, std::max<int64_t>(1, 4096 / w.cols), [&](int64_t begin, int64_t end) {
+      quantize_superblock_activations(x, w.cols, begin, end, xk);
+    });
+    problem.xk = &xk;
+    bytes_per_token = SuperBlockActivations::bytes_per_token(num_blocks);
   }
 
   const int64_t tokens_per_chunk = std::max<int64_t>(8, kActivationBytesPerChunk / bytes_per_token / 8 * 8);
@@ -185,7 +283,8 @@ void matmul_with_isa(Isa isa, const WeightMatrix& w, const float* x, float* y, i
   const int64_t num_row_groups = (w.rows + kRowGroup - 1) / kRowGroup;
   const int64_t macs_per_row_group = kRowGroup * w.cols * num_tokens;
   const int64_t min_row_groups = std::max<int64_t>(1, (kMinMacsPerChunk + macs_per_row_group - 1) / macs_per_row_group);
-  const MatmulRowsFn rows = rows_fn(isa);
+  const MatmulRowsFn rows =
+      format == ActivationFormat::kNone || is_classic_quantized(w.type) ? rows_fn(isa) : decoded_rows_fn(isa);
   const MatmulRowsFn groups = num_groups > 0 ? matmul_token_groups_avx512 : nullptr;
   pool.parallel_for(num_row_groups, min_row_groups, [&](int64_t begin, int64_t end) {
     const int64_t row_begin = begin * kRowGroup;

@@ -270,6 +270,7 @@ void quantize_activations_avx2(const float* x, int64_t cols, int64_t token_begin
 }
 
 void matmul_rows_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_end) {
+  count_isa_kernel_run(Isa::kAvx2);
   switch (p.w->type) {
     case GgmlType::kF32:
       return run_tiles<FloatKernel<F32Row>, FloatKernel<F32Row>::kRows, FloatKernel<F32Row>::kTokens>(p, row_begin,

@@ -383,6 +383,7 @@ void quantize_activations_avx512(const float* x, int64_t cols, int64_t token_beg
 }
 
 void matmul_rows_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_end) {
+  count_isa_kernel_run(Isa::kAvx512);
   switch (p.w->type) {
     case GgmlType::kF32:
       return run_tiles<FloatKernel<F32Row>, kRows, kTokens>(p, row_begin, row_end);

@@ -174,6 +174,7 @@ void panel_groups(const RowPanel& panel, int p0, const MatmulProblem& p, int64_t
 }  // namespace
 
 void matmul_token_groups_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_end) {
+  count_isa_kernel_run(Isa::kAvx512);
   const WeightMatrix& w = *p.w;
   KVLM_CHECK(w.type == GgmlType::kQ8_0 || w.type == GgmlType::kQ4_0, "matmul_token_groups_avx512: weight type {}",
              ggml_type_name(w.type));

@@ -22,10 +22,38 @@ struct QuantizedActivations {
   int8_t* qs = nullptr;     // [num_tokens, num_blocks, 32]
   float* scales = nullptr;  // [num_tokens, num_blocks]      d of each block
   int32_t* bias = nullptr;  // [num_tokens, num_blocks, 8]   -bias_offset · (sum of the lane's 4 q)
+  int32_t* sums = nullptr;  // [num_tokens, num_blocks]      Σ q of the block (types with a min: Q4_1, Q5_1)
 
-  // Bytes one token takes in the three arrays.
-  static int64_t bytes_per_token(int64_t num_blocks) { return num_blocks * (32 + 4 + 8 * 4); }
+  // Bytes one token takes in the four arrays.
+  static int64_t bytes_per_token(int64_t num_blocks) { return num_blocks * (32 + 4 + 8 * 4 + 4); }
 };
+
+// Activations for the 256-element super-block types (K-quants, IQ4_XS), as GGML's Q8_K: each
+// 256 values of a token become int8 q with x ≈ d·q, d = amax/127 (round to nearest even), and
+// the sums of each 16 consecutive q, which the weights' per-sub-block mins multiply.
+struct SuperBlockActivations {
+  int64_t num_tokens = 0;
+  int64_t num_blocks = 0;   // per token: cols / 256
+  int8_t* qs = nullptr;     // [num_tokens, num_blocks, 256]
+  float* scales = nullptr;  // [num_tokens, num_blocks]
+  int16_t* bsums = nullptr; // [num_tokens, num_blocks, 16]   (|Σ of 16 q| ≤ 2032)
+
+  static int64_t bytes_per_token(int64_t num_blocks) { return num_blocks * (256 + 4 + 16 * 2); }
+};
+
+// Which activation format a weight type's integer kernels take.
+enum class ActivationFormat { kNone, kBlocks32, kSuperBlocks };
+ActivationFormat activation_format(GgmlType type);
+
+// Quantizes tokens [token_begin, token_end) of x: [num_tokens, cols] into out (one portable
+// quantizer for every ISA: it costs O(cols) per token against the matmul's O(rows · cols)).
+void quantize_superblock_activations(const float* x, int64_t cols, int64_t token_begin, int64_t token_end,
+                                     const SuperBlockActivations& out);
+
+// A witness of which ISA's kernels ran: every matmul kernel entry adds 1 to its ISA's count, so
+// a test parameterised over ISAs asserts the one it names really ran (not a fallback).
+uint64_t isa_kernel_runs(Isa isa);
+void count_isa_kernel_run(Isa isa);
 
 // The same activations regrouped for kernels that hold one token per 32-bit lane: 16 tokens
 // side by side, so one vpdpbusd multiplies 4 elements of one weight row (broadcast) with the
@@ -49,6 +77,7 @@ struct TokenGroupActivations {
 class ActivationBuffer {
  public:
   QuantizedActivations view(int64_t num_tokens, int64_t num_blocks);
+  SuperBlockActivations super_view(int64_t num_tokens, int64_t num_blocks);
   TokenGroupActivations group_view(int64_t num_groups, int64_t num_tokens, int64_t num_blocks);
 
  private:
@@ -87,7 +116,8 @@ int32_t activation_bias_offset(Isa isa, GgmlType type);
 struct MatmulProblem {
   const WeightMatrix* w = nullptr;
   const float* x = nullptr;                   // [num_tokens, cols] f32 (F32/F16/BF16 weights)
-  const QuantizedActivations* xq = nullptr;   // quantized x (Q8_0/Q4_0 weights)
+  const QuantizedActivations* xq = nullptr;   // quantized x (32-element block types)
+  const SuperBlockActivations* xk = nullptr;  // quantized x (256-element super-block types)
   const TokenGroupActivations* xg = nullptr;  // xq regrouped (token-group kernel)
   float* y = nullptr;                         // [num_tokens, rows]
   int64_t token_begin = 0;
@@ -100,6 +130,12 @@ using MatmulRowsFn = void (*)(const MatmulProblem& p, int64_t row_begin, int64_t
 void matmul_rows_portable(const MatmulProblem& p, int64_t row_begin, int64_t row_end);
 void matmul_rows_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_end);
 void matmul_rows_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_end);
+// The types added after Q8_0 / Q4_0 (Q4_1, Q5_x, IQ4_NL, K-quants, IQ4_XS): each weight block is
+// decoded once per row into int8 values and integer sub-block scales (matmul_decode.h), then
+// multiplied with every token of the chunk by the ISA's integer dot products.
+void matmul_rows_decoded_portable(const MatmulProblem& p, int64_t row_begin, int64_t row_end);
+void matmul_rows_decoded_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_end);
+void matmul_rows_decoded_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_end);
 // Q8_0 / Q4_0 only, on p.xg; about twice the rows kernel's throughput for batches.
 void matmul_token_groups_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_end);
 // How many groups of 16 tokens (the last possibly partial) matmul_with_isa sends to the

@@ -137,6 +137,7 @@ void quantize_activations_portable(const float* x, int64_t cols, int64_t token_b
 }
 
 void matmul_rows_portable(const MatmulProblem& p, int64_t row_begin, int64_t row_end) {
+  count_isa_kernel_run(Isa::kPortable);
   const WeightMatrix& w = *p.w;
   for (int64_t r = row_begin; r < row_end; ++r) {
     const uint8_t* row = w.data + static_cast<uint64_t>(r) * w.row_bytes;

@@ -39,17 +39,53 @@ std::vector<double> rms_norm_ref(const std::vector<double>& x, const std::vector
   return out;
 }
 
-// Rotates one head in place; pair layout per RoPE style.
+// Rotates one head in place; pair layout per RoPE style. Written from the scaling rules, not
+// through ops' rope_pair_frequencies: Llama 3 factors divide the frequency; YaRN blends the
+// interpolated and the original frequency of each pair by a ramp between the pairs turning
+// beta_fast and beta_slow times over the original context, and scales cos and sin.
 void rope_ref(const RopeParams& p, double* head, int64_t pos) {
   const int half = p.rotary_dim / 2;
+  const bool yarn = p.yarn.ext_factor != 0.0f;
+  double low = 0, high = 0, magnitude = p.yarn.attn_factor;
+  if (yarn) {
+    const double ctx = p.yarn.original_context;
+    auto dim_for_turns = [&](double turns) {
+      // Pair i turns ctx · base^(-2i/d) / 2π times over the original context; solve for i.
+      return p.rotary_dim * std::log(ctx / (2.0 * 3.14159265358979323846 * turns)) / (2.0 * std::log(p.freq_base));
+    };
+    low = std::max(0.0, std::floor(dim_for_turns(p.yarn.beta_fast)));
+    high = std::min(p.rotary_dim - 1.0, std::ceil(dim_for_turns(p.yarn.beta_slow)));
+    magnitude *= 1.0 + 0.1 * std::log(1.0 / static_cast<double>(p.freq_scale));
+  }
   for (int i = 0; i < half; ++i) {
-    const double inv_freq = std::pow(static_cast<double>(p.freq_base), -2.0 * i / p.rotary_dim);
-    const double angle = static_cast<double>(pos) * p.freq_scale * inv_freq;
+    double inv_freq = std::pow(static_cast<double>(p.freq_base), -2.0 * i / p.rotary_dim);
+    if (!p.freq_factors.empty()) inv_freq /= static_cast<double>(p.freq_factors[static_cast<size_t>(i)]);
+    const double original = static_cast<double>(pos) * inv_freq;
+    double angle = original * p.freq_scale;
+    if (yarn) {
+      const double ramp = 1.0 - std::min(1.0, std::max(0.0, (i - low) / std::max(0.001, high - low)));
+      const double mix = ramp * p.yarn.ext_factor;
+      angle = angle * (1.0 - mix) + original * mix;
+    }
     const int a = p.style == RopeStyle::kNormal ? 2 * i : i;
     const int b = p.style == RopeStyle::kNormal ? 2 * i + 1 : i + half;
     const double x0 = head[a], x1 = head[b];
-    head[a] = x0 * std::cos(angle) - x1 * std::sin(angle);
-    head[b] = x0 * std::sin(angle) + x1 * std::cos(angle);
+    const double cs = std::cos(angle) * magnitude, sn = std::sin(angle) * magnitude;
+    head[a] = x0 * cs - x1 * sn;
+    head[b] = x0 * sn + x1 * cs;
+  }
+}
+
+// RMSNorm of each head_dim-long head of x (qwen3's q and k norms), in place.
+void head_norm_ref(std::vector<double>& x, const std::vector<float>& weight, float eps) {
+  if (weight.empty()) return;
+  const size_t hd = weight.size();
+  for (size_t h = 0; h < x.size() / hd; ++h) {
+    double* v = &x[h * hd];
+    double ss = 0;
+    for (size_t i = 0; i < hd; ++i) ss += v[i] * v[i];
+    const double inv = 1.0 / std::sqrt(ss / static_cast<double>(hd) + eps);
+    for (size_t i = 0; i < hd; ++i) v[i] = v[i] * inv * weight[i];
   }
 }
 
@@ -87,6 +123,8 @@ std::vector<double> reference_logits(const ModelConfig& c, const LlamaWeights& w
     add_bias_ref(q, L.bq);
     add_bias_ref(k, L.bk);
     add_bias_ref(v, L.bv);
+    head_norm_ref(q, L.q_norm, c.rms_eps);
+    head_norm_ref(k, L.k_norm, c.rms_eps);
     const std::vector<double> q_unrotated = q;  // for queries rotated at another position
     for (int64_t t = 0; t < n; ++t) {
       for (int h = 0; h < c.num_heads; ++h) rope_ref(c.rope, &q[static_cast<size_t>(t * q_dim + h * hd)], t);

@@ -184,7 +184,7 @@ TEST(CliPlan, BadInputsAreOneLineErrors) {
       {"--preset llama-2-7b --memory 24XB", "bad memory size '24XB'"},
       {"--preset llama-2-7b --advise fast", "--advise 'fast' is not one of"},
       {"--preset llama-2-7b --advise limited-memory", "needs --memory"},
-      {"--preset llama-2-7b --weight-type q5_k", "--weight-type 'q5_k'"},
+      {"--preset llama-2-7b --weight-type q7_k", "--weight-type 'q7_k' is not a GGML weight type"},
       {"", "give exactly one of"},
       {"--preset llama-2-7b --layers 4", "give exactly one of"},
       {"--layers 4 --heads 6 --kv-heads 4 --head-dim 64", "not a multiple of kv heads 4"},

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "attention/attention_kernel.h"
 #include "attention/query_rounding.h"
 #include "kv/hadamard.h"
 
@@ -112,7 +113,15 @@ PagedAttentionArgs PagedAttentionFixture::paged_args(float* out) const {
 
 std::vector<float> PagedAttentionFixture::run_paged(ThreadPool& pool, AttentionIsa isa) const {
   std::vector<float> out(q.size(), std::numeric_limits<float>::quiet_NaN());
+  // The family the call resolves to must be the one whose kernels run (the witness counts).
+  const AttentionIsa resolved = resolve_attention_isa(isa, shape.head_dim);
+  const auto family = resolved == AttentionIsa::kAvx512 ? attention_internal::KernelFamily::kAvx512
+                      : resolved == AttentionIsa::kAvx2 ? attention_internal::KernelFamily::kAvx2
+                                                        : attention_internal::KernelFamily::kPortable;
+  const uint64_t before = attention_internal::kernel_family_runs(family);
   paged_attention(paged_args(out.data()), pool, isa);
+  EXPECT_GT(attention_internal::kernel_family_runs(family), before)
+      << attention_isa_name(resolved) << " resolved but its kernels did not run";
   return out;
 }
 

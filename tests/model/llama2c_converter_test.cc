@@ -264,7 +264,7 @@ TEST_F(TinyConvertTest, MissingFilesAndBadOptionsAreErrors) {
   EXPECT_NE(convert_error().find(tokenizer_.string()), std::string::npos);
   testing::write_bytes(tokenizer_, tiny_tokenizer_bytes(kTinyPieces));
   Llama2cConvertOptions o = options();
-  o.weight_type = GgmlType::kQ4_K;
+  o.weight_type = GgmlType::kIQ2_XXS;
   EXPECT_NE(convert_llama2c(o).message().find("not supported"), std::string::npos);
 }
 

@@ -123,7 +123,7 @@ TEST(SynthShapeValidate, NamesTheBadField) {
   SynthOptions o;
   o.shape = preset("tiny-mha");
   o.out_path = (testing::scratch_dir("SynthValidate") / "x.gguf").string();
-  o.weight_type = GgmlType::kQ4_K;
+  o.weight_type = GgmlType::kIQ2_XXS;
   EXPECT_NE(synthesize_model(o).message().find("not supported"), std::string::npos);
   EXPECT_FALSE(fs::exists(o.out_path));
 }

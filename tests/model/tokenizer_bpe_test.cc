@@ -4,9 +4,10 @@
 #include <random>
 #include <unordered_map>
 
+#include "model/bpe_pre_tokenizer.h"
 #include "model/bpe_tokenizer.h"
 #include "model/tokenizer.h"
-#include "model/unicode_regex.h"
+#include "model/unicode_normalize.h"
 #include "model/unicode_utf8.h"
 
 namespace kvlm {
@@ -75,24 +76,45 @@ std::unique_ptr<Tokenizer> make(std::string pre) {
   return tokenizer.ok() ? std::move(tokenizer).value() : nullptr;
 }
 
-Pieces split(BpePreTokenizer pre, std::string_view text) {
-  auto regex = UnicodeRegex::compile(std::string(bpe_pre_tokenizer_pattern(pre)));
-  EXPECT_TRUE(regex.ok()) << regex.status().message();
+Pieces split(std::string_view pre_type, std::string_view text) {
+  auto pre = BpePreTokenizer::create(pre_type, nullptr);
+  EXPECT_TRUE(pre.ok()) << pre.status().message();
+  if (!pre.ok()) return {};
   std::vector<std::string_view> views;
-  regex->split(text, &views);
+  pre->split(text, &views);
   return Pieces(views.begin(), views.end());
 }
 
 // Plain BPE on strings: rescan every adjacent pair, merge the lowest rank (leftmost on
-// ties), repeat. Uses the tokenizer's own pre-tokenizer pattern for the words.
-Ids reference_bpe_encode(const TokenizerVocab& vocab, BpePreTokenizer pre, std::string_view text) {
+// ties), repeat. Uses the tokenizer's own pre-tokenizer for the words; the user-defined
+// "<tool>" is split out first, as always.
+Ids reference_bpe_encode(const TokenizerVocab& vocab, const std::string& pre_type, std::string_view all_text) {
   std::unordered_map<std::string, TokenId> ids;
   for (size_t i = 0; i < vocab.tokens.size(); ++i) ids[vocab.tokens[i]] = static_cast<TokenId>(i);
   std::unordered_map<std::string, int> ranks;
   for (size_t r = 0; r < vocab.merges.size(); ++r) ranks.emplace(vocab.merges[r], static_cast<int>(r));
+  auto pre = BpePreTokenizer::create(pre_type, nullptr);
+  EXPECT_TRUE(pre.ok()) << pre.status().message();
   Ids out;
-  for (const std::string& word : split(pre, text)) {
-    if (pre == BpePreTokenizer::kLlama3 && ids.count(byte_level(word)) != 0) {
+  std::vector<std::string> segments;
+  for (size_t pos = 0; pos <= all_text.size();) {
+    const size_t tool = all_text.find("<tool>", pos);
+    const size_t length = tool == std::string_view::npos ? std::string_view::npos : tool - pos;
+    const std::string_view segment = all_text.substr(pos, length);
+    if (!segment.empty()) segments.emplace_back(segment);
+    if (tool == std::string_view::npos) break;
+    segments.emplace_back("<tool>");
+    pos = tool + 6;
+  }
+  for (const std::string& segment : segments) {
+    if (segment == "<tool>") {
+      out.push_back(kTool);
+      continue;
+    }
+    const std::string text =
+        pre->normalization() == TextNormalization::kNfc ? nfc_normalize(segment) : segment;
+  for (const std::string& word : split(pre_type, text)) {
+    if (pre->ignore_merges() && ids.count(byte_level(word)) != 0) {
       out.push_back(ids.at(byte_level(word)));
       continue;
     }
@@ -113,11 +135,12 @@ Ids reference_bpe_encode(const TokenizerVocab& vocab, BpePreTokenizer pre, std::
     }
     for (const std::string& symbol : symbols) out.push_back(ids.at(symbol));
   }
+  }
   return out;
 }
 
 TEST(BpePreTokenizerTest, Llama3Splits) {
-  const auto pre = BpePreTokenizer::kLlama3;
+  const auto pre = "llama3";
   EXPECT_EQ(split(pre, "Hello world"), (Pieces{"Hello", " world"}));
   EXPECT_EQ(split(pre, "  leading"), (Pieces{" ", " leading"}));
   EXPECT_EQ(split(pre, "a   b"), (Pieces{"a", "  ", " b"}));
@@ -136,19 +159,51 @@ TEST(BpePreTokenizerTest, Llama3Splits) {
 }
 
 TEST(BpePreTokenizerTest, Qwen2SplitsDigitsSingly) {
-  const auto pre = BpePreTokenizer::kQwen2;
+  const auto pre = "qwen2";
   EXPECT_EQ(split(pre, "12345"), (Pieces{"1", "2", "3", "4", "5"}));
   EXPECT_EQ(split(pre, "I'LL don't"), (Pieces{"I", "'LL", " don", "'t"}));
   EXPECT_EQ(split(pre, "a\n\n b"), (Pieces{"a", "\n\n", " b"}));
 }
 
 TEST(BpePreTokenizerTest, Gpt2Splits) {
-  const auto pre = BpePreTokenizer::kGpt2;
+  const auto pre = "gpt2";
   EXPECT_EQ(split(pre, "12345 x 12"), (Pieces{"12345", " x", " 12"}));
   EXPECT_EQ(split(pre, "I'LL I'll"), (Pieces{"I", "'", "LL", " I", "'ll"}));  // lowercase contractions only
   EXPECT_EQ(split(pre, "a\n\nb"), (Pieces{"a", "\n", "\n", "b"}));
   EXPECT_EQ(split(pre, "  leading  trailing  "), (Pieces{" ", " leading", " ", " trailing", "  "}));
   EXPECT_EQ(split(pre, "$100"), (Pieces{"$", "100"}));
+}
+
+TEST(BpePreTokenizerTest, DeepSeekV3IsolatesDigitsAndCjkFirst) {
+  const auto pre = "deepseek-v3";
+  EXPECT_EQ(split(pre, "abc12345"), (Pieces{"abc", "123", "45"}));
+  EXPECT_EQ(split(pre, "x中文y"), (Pieces{"x", "中文", "y"}));
+  EXPECT_EQ(split(pre, "hello world.Next"), (Pieces{"hello", " world", ".Next"}));
+  EXPECT_EQ(split(pre, "a\n\nb"), (Pieces{"a", "\n\n", "b"}));
+}
+
+TEST(BpePreTokenizerTest, Gpt4oAndTekkenSplitCaseRuns) {
+  EXPECT_EQ(split("gpt-4o", "CamelCase HTTPServer"), (Pieces{"Camel", "Case", " HTTPServer"}));
+  EXPECT_EQ(split("gpt-4o", "I'LL don't 12345"), (Pieces{"I'LL", " don't", " ", "123", "45"}));
+  EXPECT_EQ(split("gpt-4o", "a/b//\n"), (Pieces{"a", "/b", "//\n"}));
+  EXPECT_EQ(split("tekken", "don't 123"), (Pieces{"don", "'t", " ", "1", "2", "3"}));
+}
+
+TEST(BpePreTokenizerTest, SmolLmSplitsDigitsThenGpt2) {
+  EXPECT_EQ(split("smollm", "ab 123 cd"), (Pieces{"ab", " ", "1", "2", "3", " cd"}));
+}
+
+TEST(BpePreTokenizerTest, Qwen2NormalizesToNfcOthersDoNot) {
+  auto qwen2 = BpePreTokenizer::create("qwen2", nullptr);
+  auto llama3 = BpePreTokenizer::create("llama-bpe", nullptr);
+  ASSERT_TRUE(qwen2.ok() && llama3.ok());
+  EXPECT_EQ(qwen2->normalization(), TextNormalization::kNfc);
+  EXPECT_EQ(llama3->normalization(), TextNormalization::kNone);
+  EXPECT_EQ(nfc_normalize("cafe\u0301"), "caf\u00e9");
+  EXPECT_EQ(nfc_normalize("\u1100\u1161\u11a8"), "\uac01");          // Hangul jamo -> syllable
+  EXPECT_EQ(nfc_normalize("e\u0301\xFF\u0301"), "\u00e9\xFF\u0301");  // invalid bytes kept, runs normalized
+  EXPECT_TRUE(is_nfc("plain ascii"));
+  EXPECT_FALSE(is_nfc("cafe\u0301"));
 }
 
 TEST(BpeTokenizerTest, MergesApplyLowestRankFirstLeftmostOnTies) {
@@ -215,8 +270,10 @@ TEST(BpeTokenizerTest, PiecesAndSpecialTokens) {
   EXPECT_EQ(tokenizer->decode({kSpaceThe, kEot}), " the");  // BPE has no dummy prefix to strip
 
   EXPECT_EQ(tokenizer->encode("hi<|eot|><tool>", false, SpecialTokens::kParse), (Ids{'h', 'i', kEot, kTool}));
+  // As text, the control token is characters; the user-defined one is still whole.
   const Ids as_text = tokenizer->encode("hi<|eot|><tool>", false);
-  EXPECT_EQ(std::count(as_text.begin(), as_text.end(), kEot) + std::count(as_text.begin(), as_text.end(), kTool), 0);
+  EXPECT_EQ(std::count(as_text.begin(), as_text.end(), kEot), 0);
+  EXPECT_EQ(as_text.back(), kTool);
   EXPECT_EQ(tokenizer->decode(as_text), "hi<|eot|><tool>");
   // Leftmost wins; text around and between special tokens is encoded normally.
   EXPECT_EQ(tokenizer->encode(" the<|eot|> the", false, SpecialTokens::kParse), (Ids{kSpaceThe, kEot, kSpaceThe}));
@@ -234,8 +291,7 @@ TEST(BpeTokenizerTest, MatchesPlainReferenceAndRoundTripsRandomBytes) {
   const std::vector<std::string> fragments = {"the", " the", "  ", "a", "aa", "'ll", "'LL", "'t", "do", "n't", "12",
                                               "3",   "\n",   "\n\n", "é", "中", "😀", "!", "?", "\r\n", "\t", " ",
                                               "<tool>"};
-  for (const auto& [name, pre] : {std::pair{"llama3", BpePreTokenizer::kLlama3},
-                                  std::pair{"qwen2", BpePreTokenizer::kQwen2}, std::pair{"gpt2", BpePreTokenizer::kGpt2}}) {
+  for (const std::string name : {"llama3", "qwen2", "gpt2", "deepseek-v3", "gpt-4o", "tekken", "smollm"}) {
     const TokenizerVocab vocab = hand_vocab(name);
     auto tokenizer = make(name);
     ASSERT_NE(tokenizer, nullptr);
@@ -250,10 +306,12 @@ TEST(BpeTokenizerTest, MatchesPlainReferenceAndRoundTripsRandomBytes) {
         }
       }
       const Ids ids = tokenizer->encode(text, false);
-      ASSERT_EQ(ids, reference_bpe_encode(vocab, pre, text)) << name << " trial " << trial;
-      ASSERT_EQ(tokenizer->decode(ids), text) << name << " trial " << trial;
+      ASSERT_EQ(ids, reference_bpe_encode(vocab, name, text)) << name << " trial " << trial;
+      // Qwen2 normalizes to NFC, so its round trip gives the NFC form.
+      const std::string want = name == "qwen2" ? nfc_normalize(text) : text;
+      ASSERT_EQ(tokenizer->decode(ids), want) << name << " trial " << trial;
       // Parsing special tokens splits out "<tool>" (user-defined, printed as its text).
-      ASSERT_EQ(tokenizer->decode(tokenizer->encode(text, false, SpecialTokens::kParse)), text) << name << trial;
+      ASSERT_EQ(tokenizer->decode(tokenizer->encode(text, false, SpecialTokens::kParse)), want) << name << trial;
     }
   }
 }
@@ -272,25 +330,33 @@ TEST(BpeTokenizerTest, LongRunsStayLinearAndExact) {
 }
 
 TEST(BpeTokenizerTest, PreTypesAndWarnings) {
-  const auto pre_of = [](const Tokenizer& t) { return dynamic_cast<const BpeTokenizer&>(t).pre_tokenizer(); };
+  const auto type_of = [](const Tokenizer& t) { return dynamic_cast<const BpeTokenizer&>(t).pre_tokenizer().type(); };
   for (const char* name : {"llama3", "llama-bpe", "llama-v3"}) {
     auto t = make(name);
     ASSERT_NE(t, nullptr);
-    EXPECT_EQ(pre_of(*t), BpePreTokenizer::kLlama3) << name;
+    EXPECT_EQ(type_of(*t), "llama3") << name;
     EXPECT_TRUE(t->warnings().empty()) << name;
   }
   auto qwen = make("qwen2");
-  EXPECT_EQ(pre_of(*qwen), BpePreTokenizer::kQwen2);
+  EXPECT_EQ(type_of(*qwen), "qwen2");
   auto gpt2 = make("default");
-  EXPECT_EQ(pre_of(*gpt2), BpePreTokenizer::kGpt2);
+  EXPECT_EQ(type_of(*gpt2), "gpt2");
   EXPECT_TRUE(gpt2->warnings().empty());
+  for (const char* name : {"deepseek-v3", "gpt-4o", "tekken", "smollm", "starcoder", "deepseek-r1-qwen"}) {
+    auto t = make(name);
+    ASSERT_NE(t, nullptr) << name;
+    EXPECT_TRUE(t->warnings().empty()) << name;
+  }
 
-  auto unknown = make("mystery-pre");
-  ASSERT_NE(unknown, nullptr);
-  EXPECT_EQ(pre_of(*unknown), BpePreTokenizer::kGpt2);
-  ASSERT_EQ(unknown->warnings().size(), 1u);
-  EXPECT_NE(unknown->warnings()[0].find("mystery-pre"), std::string::npos) << unknown->warnings()[0];
+  // An unknown type is an error naming it and the known ones, never GPT-2 in silence.
+  auto unknown = Tokenizer::create(hand_vocab("mystery-pre"));
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("mystery-pre"), std::string::npos) << unknown.status().message();
+  EXPECT_NE(unknown.status().message().find("llama-bpe"), std::string::npos) << unknown.status().message();
+  // A file without the field gets GPT-2's, as the format defines, with a warning.
   auto missing = make("");
+  ASSERT_NE(missing, nullptr);
+  EXPECT_EQ(type_of(*missing), "gpt2");
   ASSERT_EQ(missing->warnings().size(), 1u);
 
   TokenizerVocab vocab = hand_vocab("llama3");

@@ -1,6 +1,7 @@
 // SentencePiece-style tokenizer against the real stories260K vocabulary (tok512.bin) and a plain reference.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <sstream>
 
@@ -220,6 +221,56 @@ TEST(SpmTokenizerTest, PiecesAcrossSpacesAndNewlinesMatchReference) {
     const std::vector<TokenId> ids = tokenizer.encode(text, true);
     ASSERT_EQ(ids, reference_spm_encode(tokenizer.vocab(), text, true)) << trial;
     ASSERT_EQ(tokenizer.decode(ids), text) << trial;
+  }
+}
+
+}  // namespace
+}  // namespace kvlm
+
+namespace kvlm {
+namespace {
+
+// Gemma's conventions on a hand-made vocabulary: no dummy prefix, newline runs and HTML tags
+// as user-defined tokens (always whole, as Gemma's own encoder treats them), byte fallback.
+TEST(SpmTokenizerTest, GemmaStyleUserDefinedTokensAreAlwaysWhole) {
+  TokenizerVocab vocab;
+  vocab.model = "llama";
+  vocab.add_space_prefix = false;
+  const auto add = [&](std::string text, TokenType type, float score) {
+    vocab.tokens.push_back(std::move(text));
+    vocab.token_types.push_back(static_cast<int32_t>(type));
+    vocab.scores.push_back(score);
+    return static_cast<TokenId>(vocab.tokens.size() - 1);
+  };
+  add("<pad>", TokenType::kControl, 0);
+  const TokenId eos = add("<eos>", TokenType::kControl, 0);
+  const TokenId bos = add("<bos>", TokenType::kControl, 0);
+  vocab.unk_id = add("<unk>", TokenType::kUnknown, 0);
+  const TokenId newline = add("\n", TokenType::kUserDefined, 0);
+  const TokenId two_newlines = add("\n\n", TokenType::kUserDefined, 0);
+  const TokenId table = add("<table>", TokenType::kUserDefined, 0);
+  const TokenId first_byte = static_cast<TokenId>(vocab.tokens.size());
+  for (int b = 0; b < 256; ++b) add(fmt::format("<0x{:02X}>", b), TokenType::kByte, 0);
+  const TokenId a = add("a", TokenType::kNormal, -1), b = add("b", TokenType::kNormal, -2);
+  const TokenId space = add("\xE2\x96\x81", TokenType::kNormal, -3);
+  const TokenId ab = add("ab", TokenType::kNormal, -4), space_a = add("\xE2\x96\x81" "a", TokenType::kNormal, -5);
+  vocab.bos_id = bos;
+  vocab.eos_id = eos;
+  auto created = Tokenizer::create(vocab);
+  ASSERT_TRUE(created.ok()) << created.status().message();
+  const Tokenizer& tok = **created;
+  using Ids = std::vector<TokenId>;
+
+  EXPECT_EQ(tok.encode("ab", false), (Ids{ab}));  // no "▁" in front
+  EXPECT_EQ(tok.encode(" a b", false), (Ids{space_a, space, b}));
+  EXPECT_EQ(tok.encode("a\n\n\nb", false), (Ids{a, two_newlines, newline, b}));  // longest first
+  EXPECT_EQ(tok.encode("ab<table>a", false), (Ids{ab, table, a}));                 // as text, still whole
+  EXPECT_EQ(tok.encode("<bos>", false, SpecialTokens::kParse), (Ids{bos}));
+  const Ids as_text = tok.encode("<bos>", false);
+  EXPECT_EQ(std::count(as_text.begin(), as_text.end(), bos), 0);
+  EXPECT_EQ(tok.encode("é", false), (Ids{first_byte + 0xC3, first_byte + 0xA9}));  // byte fallback
+  for (const char* text : {"ab", " a b", "a\n\n\nb", "ab<table>a", "<bos>", "é", "  \n a"}) {
+    EXPECT_EQ(tok.decode(tok.encode(text, true)), text);  // nothing to strip without the prefix
   }
 }
 

@@ -60,10 +60,21 @@ TestWeights make_raw_blocks(GgmlType type, int64_t rows, int64_t cols, uint32_t 
   const uint64_t block_bytes = ggml_type_traits(type).block_bytes;
   w.bytes.resize(row_bytes * rows);
   w.dequant.resize(rows * cols);
+  // Where each type keeps its f16 super-scales (kept finite); every other byte is random.
+  std::vector<uint64_t> scale_offsets = {0};
+  switch (type) {
+    case GgmlType::kQ4_1: case GgmlType::kQ5_1: case GgmlType::kQ4_K: case GgmlType::kQ5_K: scale_offsets = {0, 2}; break;
+    case GgmlType::kQ2_K: scale_offsets = {80, 82}; break;
+    case GgmlType::kQ3_K: scale_offsets = {108}; break;
+    case GgmlType::kQ6_K: scale_offsets = {208}; break;
+    default: break;
+  }
   for (uint64_t off = 0; off < w.bytes.size(); off += block_bytes) {
-    const uint16_t d = fp32_to_fp16(scale(rng));
-    std::memcpy(&w.bytes[off], &d, 2);
-    for (uint64_t i = 2; i < block_bytes; ++i) w.bytes[off + i] = static_cast<uint8_t>(byte(rng));
+    for (uint64_t i = 0; i < block_bytes; ++i) w.bytes[off + i] = static_cast<uint8_t>(byte(rng));
+    for (uint64_t so : scale_offsets) {
+      const uint16_t d = fp32_to_fp16(scale(rng));
+      std::memcpy(&w.bytes[off + so], &d, 2);
+    }
   }
   for (int64_t r = 0; r < rows; ++r) {
     dequantize_row_reference(type, w.bytes.data() + r * row_bytes, w.dequant.data() + r * cols, cols);
@@ -84,24 +95,56 @@ std::vector<float> make_activations(int64_t num_tokens, int64_t cols, uint32_t s
   return x;
 }
 
-bool is_quantized(GgmlType type) { return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0; }
+bool is_quantized(GgmlType type) {
+  return ops_internal::activation_format(type) != ops_internal::ActivationFormat::kNone;
+}
+bool is_super_block(GgmlType type) {
+  return ops_internal::activation_format(type) == ops_internal::ActivationFormat::kSuperBlocks;
+}
+
+const std::vector<GgmlType>& all_types() {
+  static const std::vector<GgmlType> types = {
+      GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16,   GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1,
+      GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kIQ4_NL, GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K,
+      GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kIQ4_XS};
+  return types;
+}
+
+// Calls matmul_with_isa and asserts that a kernel of that ISA ran (no silent fallback).
+void matmul_on(Isa isa, const WeightMatrix& w, const float* x, float* y, int64_t num_tokens, ThreadPool& pool) {
+  const uint64_t before = ops_internal::isa_kernel_runs(isa);
+  ops_internal::matmul_with_isa(isa, w, x, y, num_tokens, pool);
+  ASSERT_GT(ops_internal::isa_kernel_runs(isa), before) << "no " << ops_internal::isa_name(isa) << " kernel ran";
+}
 
 // What x becomes after the activation quantization (identical on every ISA; tested below).
 std::vector<float> dequantized_activations(const std::vector<float>& x, int64_t num_tokens, int64_t cols,
-                                           std::vector<float>* block_scales) {
-  const int64_t num_blocks = cols / 32;
+                                           GgmlType type, std::vector<float>* block_scales) {
+  const int64_t block = is_super_block(type) ? 256 : 32;
+  const int64_t num_blocks = cols / block;
   ops_internal::ActivationBuffer buffer;
-  const ops_internal::QuantizedActivations q = buffer.view(num_tokens, num_blocks);
-  ops_internal::quantize_activations_portable(x.data(), cols, 0, num_tokens, 0, q);
   std::vector<float> out(x.size());
   block_scales->resize(num_tokens * num_blocks);
+  const int8_t* qs = nullptr;
+  const float* scales = nullptr;
+  if (block == 256) {
+    const ops_internal::SuperBlockActivations q = buffer.super_view(num_tokens, num_blocks);
+    ops_internal::quantize_superblock_activations(x.data(), cols, 0, num_tokens, q);
+    qs = q.qs;
+    scales = q.scales;
+  } else {
+    const ops_internal::QuantizedActivations q = buffer.view(num_tokens, num_blocks);
+    ops_internal::quantize_activations_portable(x.data(), cols, 0, num_tokens, 0, q);
+    qs = q.qs;
+    scales = q.scales;
+  }
   for (int64_t t = 0; t < num_tokens; ++t) {
     for (int64_t b = 0; b < num_blocks; ++b) {
-      const float d = q.scales[t * num_blocks + b];
+      const float d = scales[t * num_blocks + b];
       (*block_scales)[t * num_blocks + b] = d;
-      for (int i = 0; i < 32; ++i) {
-        const int64_t c = b * 32 + i;
-        out[t * cols + c] = d * q.qs[t * cols + c];
+      for (int64_t i = 0; i < block; ++i) {
+        const int64_t c = b * block + i;
+        out[t * cols + c] = d * qs[t * cols + c];
       }
     }
   }
@@ -119,7 +162,8 @@ void expect_matches_reference(const TestWeights& w, const std::vector<float>& x,
                               int64_t num_tokens) {
   std::vector<float> block_scales;
   const std::vector<float> xq =
-      is_quantized(w.type) ? dequantized_activations(x, num_tokens, w.cols, &block_scales) : x;
+      is_quantized(w.type) ? dequantized_activations(x, num_tokens, w.cols, w.type, &block_scales) : x;
+  const int64_t act_block = is_super_block(w.type) ? 256 : 32;
   for (int64_t t = 0; t < num_tokens; ++t) {
     for (int64_t r = 0; r < w.rows; ++r) {
       const float* wr = &w.dequant[r * w.cols];
@@ -138,7 +182,7 @@ void expect_matches_reference(const TestWeights& w, const std::vector<float>& x,
       double quantization_bound = 0.0;
       for (int64_t c = 0; c < w.cols; ++c) {
         exact_unquantized += static_cast<double>(wr[c]) * x[t * w.cols + c];
-        quantization_bound += 0.5 * block_scales[t * (w.cols / 32) + c / 32] * (1.0 + 1e-4) * std::fabs(wr[c]);
+        quantization_bound += 0.5 * block_scales[t * (w.cols / act_block) + c / act_block] * (1.0 + 1e-4) * std::fabs(wr[c]);
       }
       ASSERT_NEAR(got, exact_unquantized, quantization_bound + rounding_bound) << "token " << t << " row " << r;
     }
@@ -158,18 +202,27 @@ void PrintTo(const TypeIsa& p, std::ostream* os) { *os << type_isa_name(p.type, 
 
 std::vector<TypeIsa> all_type_isas() {
   std::vector<TypeIsa> out;
-  for (GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_0}) {
-    for (Isa isa : ops_internal::available_isas()) out.push_back({type, isa});
+  for (GgmlType type : all_types()) {
+    for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) out.push_back({type, isa});
   }
   return out;
 }
 
-class MatmulTest : public ::testing::TestWithParam<TypeIsa> {};
+// Every ISA is instantiated; one this CPU (or KVLM_CPU) lacks is a reported skip.
+class MatmulTest : public ::testing::TestWithParam<TypeIsa> {
+ protected:
+  void SetUp() override {
+    if (!ops_internal::isa_supported(GetParam().isa)) {
+      GTEST_SKIP() << ops_internal::isa_name(GetParam().isa) << " is not available on this CPU";
+    }
+  }
+};
 
 TEST_P(MatmulTest, MatchesReferenceOnOddShapes) {
   const auto [type, isa] = GetParam();
   ThreadPool pool(2);
   std::vector<int64_t> col_counts = {32, 96, 256};                             // 1, 3 and 8 blocks of 32
+  if (is_super_block(type)) col_counts = {256, 768};                           // 1 and 3 super-blocks
   if (!is_quantized(type)) col_counts.insert(col_counts.end(), {8, 40, 172});  // 172: stories260K FFN
   uint32_t seed = 1;
   for (int64_t rows : {1, 7, 33}) {
@@ -179,7 +232,7 @@ TEST_P(MatmulTest, MatchesReferenceOnOddShapes) {
         SCOPED_TRACE(fmt::format("rows {} cols {} tokens {}", rows, cols, num_tokens));
         const std::vector<float> x = make_activations(num_tokens, cols, seed++);
         std::vector<float> y(num_tokens * rows, NAN);
-        ops_internal::matmul_with_isa(isa, w.matrix(), x.data(), y.data(), num_tokens, pool);
+        matmul_on(isa, w.matrix(), x.data(), y.data(), num_tokens, pool);
         expect_matches_reference(w, x, y, num_tokens);
         if (HasFatalFailure()) return;
       }
@@ -196,7 +249,7 @@ TEST_P(MatmulTest, MatchesReferenceOnLargeBatch) {
   const int64_t num_tokens = 41;
   const std::vector<float> x = make_activations(num_tokens, w.cols, 8);
   std::vector<float> y(num_tokens * w.rows, NAN);
-  ops_internal::matmul_with_isa(isa, w.matrix(), x.data(), y.data(), num_tokens, pool);
+  matmul_on(isa, w.matrix(), x.data(), y.data(), num_tokens, pool);
   expect_matches_reference(w, x, y, num_tokens);
 }
 
@@ -210,8 +263,8 @@ TEST_P(MatmulTest, DeterministicAcrossThreadCounts) {
   std::vector<float> y1(num_tokens * w.rows), y3(num_tokens * w.rows);
   ThreadPool pool1(1);
   ThreadPool pool3(3);
-  ops_internal::matmul_with_isa(isa, w.matrix(), x.data(), y1.data(), num_tokens, pool1);
-  ops_internal::matmul_with_isa(isa, w.matrix(), x.data(), y3.data(), num_tokens, pool3);
+  matmul_on(isa, w.matrix(), x.data(), y1.data(), num_tokens, pool1);
+  matmul_on(isa, w.matrix(), x.data(), y3.data(), num_tokens, pool3);
   ASSERT_EQ(std::memcmp(y1.data(), y3.data(), y1.size() * sizeof(float)), 0);
 }
 
@@ -226,12 +279,12 @@ TEST_P(MatmulTest, TokenResultsIndependentOfBatchNeighbours) {
   const std::vector<float> x = make_activations(num_tokens, w.cols, 24);
   ThreadPool pool(2);
   std::vector<float> y(num_tokens * w.rows);
-  ops_internal::matmul_with_isa(isa, w.matrix(), x.data(), y.data(), num_tokens, pool);
+  matmul_on(isa, w.matrix(), x.data(), y.data(), num_tokens, pool);
   const int64_t num_groups = ops_internal::token_groups_for_batch(isa, type, num_tokens);
   ASSERT_LE(num_groups, 1);
   for (int64_t t = num_groups * kGroup; t < num_tokens; ++t) {
     std::vector<float> single(w.rows);
-    ops_internal::matmul_with_isa(isa, w.matrix(), &x[t * w.cols], single.data(), 1, pool);
+    matmul_on(isa, w.matrix(), &x[t * w.cols], single.data(), 1, pool);
     ASSERT_EQ(std::memcmp(single.data(), &y[t * w.rows], w.rows * sizeof(float)), 0) << "token " << t;
   }
   // The first 16 tokens again, in reverse order and followed by a second copy: other
@@ -242,7 +295,7 @@ TEST_P(MatmulTest, TokenResultsIndependentOfBatchNeighbours) {
     std::memcpy(&x2[(kGroup + t) * w.cols], &x[t * w.cols], w.cols * sizeof(float));
   }
   std::vector<float> y2(2 * kGroup * w.rows);
-  ops_internal::matmul_with_isa(isa, w.matrix(), x2.data(), y2.data(), 2 * kGroup, pool);
+  matmul_on(isa, w.matrix(), x2.data(), y2.data(), 2 * kGroup, pool);
   for (int64_t t = 0; t < kGroup; ++t) {
     ASSERT_EQ(std::memcmp(&y2[(kGroup - 1 - t) * w.rows], &y[t * w.rows], w.rows * sizeof(float)), 0) << t;
     ASSERT_EQ(std::memcmp(&y2[(kGroup + t) * w.rows], &y[t * w.rows], w.rows * sizeof(float)), 0) << t;
@@ -253,7 +306,7 @@ TEST_P(MatmulTest, TokenResultsIndependentOfBatchNeighbours) {
   std::memcpy(x3.data(), x.data(), kGroup * w.cols * sizeof(float));
   std::memcpy(&x3[kGroup * w.cols], x.data(), 12 * w.cols * sizeof(float));
   std::vector<float> y3(num_tokens3 * w.rows, NAN);
-  ops_internal::matmul_with_isa(isa, w.matrix(), x3.data(), y3.data(), num_tokens3, pool);
+  matmul_on(isa, w.matrix(), x3.data(), y3.data(), num_tokens3, pool);
   for (int64_t t = 0; t < 12; ++t) {
     ASSERT_EQ(std::memcmp(&y3[(kGroup + t) * w.rows], &y[t * w.rows], w.rows * sizeof(float)), 0) << t;
   }
@@ -266,14 +319,15 @@ INSTANTIATE_TEST_SUITE_P(TypesAndIsas, MatmulTest, ::testing::ValuesIn(all_type_
 
 TEST(Matmul, RawQuantizedBlocksWithEveryByteValue) {
   ThreadPool pool(2);
-  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0}) {
-    const TestWeights w = make_raw_blocks(type, 9, 160, 11);
+  for (GgmlType type : all_types()) {
+    if (!is_quantized(type)) continue;
+    const TestWeights w = make_raw_blocks(type, 9, is_super_block(type) ? 512 : 160, 11);
     const int64_t num_tokens = 5;
     const std::vector<float> x = make_activations(num_tokens, w.cols, 12);
     for (Isa isa : ops_internal::available_isas()) {
       SCOPED_TRACE(type_isa_name(type, isa));
       std::vector<float> y(num_tokens * w.rows, NAN);
-      ops_internal::matmul_with_isa(isa, w.matrix(), x.data(), y.data(), num_tokens, pool);
+      matmul_on(isa, w.matrix(), x.data(), y.data(), num_tokens, pool);
       expect_matches_reference(w, x, y, num_tokens);
     }
   }
@@ -340,8 +394,8 @@ TEST(MatmulDeathTest, RejectsInconsistentRowBytes) {
 }
 
 TEST(DequantizeWeightRow, MatchesReference) {
-  for (GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_0}) {
-    const TestWeights w = make_weights(type, 5, 96, 61);
+  for (GgmlType type : all_types()) {
+    const TestWeights w = make_weights(type, 5, is_super_block(type) ? 512 : 96, 61);
     std::vector<float> row(w.cols);
     for (int64_t r = 0; r < w.rows; ++r) {
       dequantize_weight_row(w.matrix(), r, row.data());

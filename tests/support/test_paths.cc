@@ -27,6 +27,17 @@ std::optional<std::filesystem::path> shared_file(const std::string& name) {
   return p;
 }
 
+std::optional<std::filesystem::path> shared_anchor(const std::string& relative) {
+  namespace fs = std::filesystem;
+  if (const char* env = std::getenv("KVLM_SHARED"); env != nullptr && *env != '\0') {
+    const fs::path p = fs::path(env) / "anchors" / relative;
+    if (fs::exists(p)) return p;
+  }
+  const fs::path beside = fs::path(KVLM_SOURCE_DIR) / ".." / "shared" / "anchors" / relative;
+  if (fs::exists(beside)) return fs::canonical(beside);
+  return std::nullopt;
+}
+
 std::filesystem::path scratch_dir(const std::string& test_name) {
   namespace fs = std::filesystem;
   // ctest runs tests in parallel processes: the running test's full name keeps their folders apart.

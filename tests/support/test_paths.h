@@ -16,6 +16,10 @@ std::optional<std::filesystem::path> shared_models_dir();
 // Path of one shared model file, or nullopt when it is absent.
 std::optional<std::filesystem::path> shared_file(const std::string& name);
 
+// A file or folder of the independent reference tools: $KVLM_SHARED/anchors/<relative>, else
+// ../shared/anchors/<relative> beside the source tree; nullopt when absent.
+std::optional<std::filesystem::path> shared_anchor(const std::string& relative);
+
 // A fresh, empty scratch folder under the build tree, private to the running test.
 std::filesystem::path scratch_dir(const std::string& test_name);
 
