@@ -3,12 +3,26 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 namespace kvlm {
 
 inline constexpr int kQK = 32;    // elements of a Q4_1 / Q5_x / IQ4_NL block
 inline constexpr int kQKK = 256;  // elements of a K-quant / IQ4_XS super-block
 inline constexpr int kKScaleBytes = 12;
+
+// Block b of a row, copied out (rows need not be aligned for the struct), and back.
+template <class Block>
+Block load_block(const uint8_t* src, int64_t b) {
+  Block block;
+  std::memcpy(&block, src + b * static_cast<int64_t>(sizeof(Block)), sizeof block);
+  return block;
+}
+
+template <class Block>
+void store_block(const Block& block, uint8_t* dst, int64_t b) {
+  std::memcpy(dst + b * static_cast<int64_t>(sizeof(Block)), &block, sizeof block);
+}
 
 // value = d·q + m; q 4 bits: element i in the low nibble of qs[i], i+16 in the high nibble.
 struct BlockQ4_1 {

@@ -14,18 +14,6 @@ namespace {
 
 using quant_search::clamp_round;
 
-template <class Block>
-Block load_block(const uint8_t* src, int64_t b) {
-  Block block;
-  std::memcpy(&block, src + b * static_cast<int64_t>(sizeof(Block)), sizeof block);
-  return block;
-}
-
-template <class Block>
-void store_block(const Block& block, uint8_t* dst, int64_t b) {
-  std::memcpy(dst + b * static_cast<int64_t>(sizeof(Block)), &block, sizeof block);
-}
-
 // Packs 32 codes of up to 4 bits as Q4_0 does: element i low nibble, i+16 high nibble.
 void pack_nibbles(const uint8_t* q, uint8_t* qs) {
   for (int i = 0; i < 16; ++i) qs[i] = static_cast<uint8_t>((q[i] & 15) | (q[i + 16] & 15) << 4);

@@ -18,18 +18,6 @@ namespace {
 
 using quant_search::clamp_round;
 
-template <class Block>
-Block load_block(const uint8_t* src, int64_t b) {
-  Block block;
-  std::memcpy(&block, src + b * static_cast<int64_t>(sizeof(Block)), sizeof block);
-  return block;
-}
-
-template <class Block>
-void store_block(const Block& block, uint8_t* dst, int64_t b) {
-  std::memcpy(dst + b * static_cast<int64_t>(sizeof(Block)), &block, sizeof block);
-}
-
 // Affine sub-blocks (Q2_K, Q4_K, Q5_K): per sub-block d_s ≥ 0 and min_s = -m ≥ 0, then the
 // super-block scales d = max d_s / scale_max and dmin = max min_s / scale_max (as f16), the
 // codes sc_s = round(d_s / d) and mq_s = round(min_s / dmin), and the element codes.

@@ -149,8 +149,14 @@ void LlamaModel::forward_batch(std::span<const SequenceStep> steps, KvStorage& c
         for (int64_t t = begin; t < end; ++t) {
           float* q = &q_[static_cast<size_t>(t * c.q_dim())];
           float* k = &k_[static_cast<size_t>(t * c.kv_dim())];
-          for (int h = 0; h < c.num_heads; ++h) rms_norm(q + h * c.head_dim, w.q_norm.data(), q + h * c.head_dim, c.head_dim, c.rms_eps);
-          for (int h = 0; h < c.num_kv_heads; ++h) rms_norm(k + h * c.head_dim, w.k_norm.data(), k + h * c.head_dim, c.head_dim, c.rms_eps);
+          for (int h = 0; h < c.num_heads; ++h) {
+            float* head = q + static_cast<int64_t>(h) * c.head_dim;
+            rms_norm(head, w.q_norm.data(), head, c.head_dim, c.rms_eps);
+          }
+          for (int h = 0; h < c.num_kv_heads; ++h) {
+            float* head = k + static_cast<int64_t>(h) * c.head_dim;
+            rms_norm(head, w.k_norm.data(), head, c.head_dim, c.rms_eps);
+          }
         }
       });
     }
