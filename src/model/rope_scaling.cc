@@ -99,9 +99,12 @@ Result<RopeConfig> read_rope_config(const GgufFile& file, const std::string& arc
   } else if (file.find(names::key(arch, names::kRopeScaleLinear)) != nullptr) {
     type = "linear";  // older files: rope.scale_linear alone
   }
+  // A scaling type without its factor is an error, never a silent factor of 1.
   auto factor = [&]() -> Result<double> {
     if (file.find(factor_key) != nullptr) return optional_positive(file, factor_key, 1.0);
-    return optional_positive(file, names::key(arch, names::kRopeScaleLinear), 1.0);
+    const std::string linear_key = names::key(arch, names::kRopeScaleLinear);
+    if (file.find(linear_key) != nullptr) return optional_positive(file, linear_key, 1.0);
+    return Status::errorf("{}: rope scaling '{}' needs metadata '{}'", file.name(), type, factor_key);
   };
   auto original_context = [&]() -> Result<double> {
     const std::string key = names::key(arch, names::kRopeScalingOrigContext);

@@ -203,6 +203,8 @@ TEST(RopeScaling, WhatKvlmCannotRunIsAnErrorNamingIt) {
                                w.set_f32("llama.rope.scaling.factor", 8.0f);
                              }),
                "which one is meant");
+  expect_error(with_metadata("none", [](GgufWriter& w) { w.set_string("llama.rope.scaling.type", "linear"); }),
+               "needs metadata 'llama.rope.scaling.factor'");
 }
 
 }  // namespace
