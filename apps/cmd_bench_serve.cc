@@ -441,6 +441,7 @@ void run_bench_serve(const BenchServeFlags& f, const BenchServeFlagsGiven& given
   options.max_seqs = setup.max_seqs;
   ThreadPool pool(setup.threads);
   auto engine = value_or_throw(Engine::create(*model, pool, options));
+  for (const std::string& warning : engine->warnings()) std::fprintf(stderr, "warning: %s\n", warning.c_str());
 
   Progress progress(f.requests, !f.quiet && isatty(fileno(stderr)) == 1);
   const ServeResult r = serve(*engine, prompts, f, progress);

@@ -80,6 +80,7 @@ void run(const ChatFlags& f) {
   eo.block_size = f.block_size;
   eo.num_blocks = f.pool_blocks;
   auto engine = value_or_throw(Engine::create(*model, pool, eo));
+  for (const std::string& warning : engine->warnings()) std::fprintf(stderr, "warning: %s\n", warning.c_str());
 
   const bool interactive = isatty(STDIN_FILENO) != 0;
   if (interactive) {

@@ -115,7 +115,8 @@ void run_ppl(const PplFlags& f, bool prefill_chunk_given) {
   const PlannerCheck planner =
       check_against_planner(model->config(), k_type, v_type, f.block_size, {peak_tokens}, r.kv_bytes_peak,
                             options.storage.kivi_residual_tokens, r.kv_staging_bytes_peak,
-                            EvictingSequence::evicted_slot_blocks(options.eviction));
+                            EvictingSequence::evicted_slot_blocks(options.eviction),
+                            LocalLayerRun{LocalLayerBlocks::kWindow, std::min(options.prefill_chunk, f.ctx)});
 
   nlohmann::json j = {
       {"model", f.model},

@@ -97,6 +97,44 @@ std::string human_bytes(double bytes) {
   return fmt::format("{:.1f} {}", bytes, units[u]);
 }
 
+// "512 tokens on 22 of 26 layers (global: 5, 11, 17, 23)"
+void print_sliding_window(const ModelShape& shape) {
+  if (!shape.has_local_layers()) return;
+  std::printf("sliding window   %d tokens on %d of %d layers (global: %s)\n", shape.sliding_window.window,
+              shape.num_local_layers(), shape.num_layers, global_layer_list(shape).c_str());
+}
+
+// Bytes per token of every codec of this build, through the planner (the same numbers `kvlm plan`
+// and the live pool give), and what local layers save at the model's context.
+void print_kv_cache(const ModelShape& shape) {
+  const CacheForm form = shape.is_mla() ? CacheForm::kLatent : CacheForm::kFull;
+  if (shape.is_mla()) {
+    std::printf("KV cache         bytes per token = %d layers x %d latent values (MLA) x bytes per value\n",
+                shape.num_layers, shape.latent_dim());
+  } else if (shape.head_dim == shape.v_head_dim) {
+    std::printf("KV cache         bytes per token = 2 x %d layers x %d kv heads x %d dims x bytes per value\n",
+                shape.num_layers, shape.num_kv_heads, shape.head_dim);
+  } else {
+    std::printf("KV cache         bytes per token = %d layers x %d kv heads x (%d + %d) K+V dims x bytes per value\n",
+                shape.num_layers, shape.num_kv_heads, shape.head_dim, shape.v_head_dim);
+  }
+  const int64_t ctx = shape.context_length;
+  const bool local = shape.has_local_layers();
+  for (KvType type : all_kv_types()) {
+    const auto footprint = kv_footprint(shape, type, type, form, 16);
+    if (!footprint.ok()) continue;
+    const double per_token = footprint->bytes_per_token();
+    const double at_ctx = kv_bytes_for_context(shape, *footprint, ctx);
+    const std::string full_cache =
+        local ? fmt::format("; every layer global: {}", human_bytes(per_token * static_cast<double>(ctx))) : "";
+    std::printf("  %-6s %10.1f bytes/token   %s at the full context of %lld tokens (16-token blocks, scales "
+                "included%s)\n",
+                std::string(kv_type_name(type)).c_str(), per_token, human_bytes(at_ctx).c_str(),
+                static_cast<long long>(ctx), full_cache.c_str());
+  }
+  if (local) std::printf("cache saving     %s\n", local_layer_saving(shape, ctx).c_str());
+}
+
 void run(const InspectFlags& f) {
   const std::span<const uint8_t> embedded = embedded_model_bytes();
   auto file = value_or_throw(
@@ -144,6 +182,12 @@ void run(const InspectFlags& f) {
   auto config = ModelConfig::from_gguf(*file);
   if (!config.ok()) {
     std::printf("runs in kvlm     no: %s\n", config.status().message().c_str());
+    // The planner's reader still knows the cache's shape of most files kvlm cannot run.
+    if (auto shape = read_model_shape(*file); shape.ok()) {
+      for (const std::string& warning : shape->warnings) std::printf("warning          %s\n", warning.c_str());
+      print_sliding_window(*shape);
+      print_kv_cache(*shape);
+    }
     return;
   }
   const ModelConfig& c = *config;
@@ -152,6 +196,8 @@ void run(const InspectFlags& f) {
               c.vocab_size, c.context_length);
   std::printf("attention        %s: %d query heads, %d kv heads (group %d), head_dim %d\n",
               c.attention_kind().c_str(), c.num_heads, c.num_kv_heads, c.group_size(), c.head_dim);
+  const ModelShape shape = model_shape_from_config(c);
+  print_sliding_window(shape);
   std::printf("rope             %s\n", rope_description(c).c_str());
   if (c.has_qkv_bias || c.has_qk_norm) {
     std::printf("attention extras %s\n", c.has_qkv_bias ? "q/k/v biases" : "per-head RMSNorm of q and k");
@@ -174,18 +220,7 @@ void run(const InspectFlags& f) {
     std::printf("vocab            not loadable: %s\n", vocab.status().message().c_str());
   }
 
-  std::printf("KV cache         bytes per token = 2 x %d layers x %d kv heads x %d dims x bytes per value\n",
-              c.num_layers, c.num_kv_heads, c.head_dim);
-  // Every codec of this build, through the planner (the same numbers `kvlm plan` and the live pool give).
-  const ModelShape shape = model_shape_from_config(c);
-  for (KvType type : all_kv_types()) {
-    const auto footprint = kv_footprint(shape, type, type, CacheForm::kFull, 16);
-    if (!footprint.ok()) continue;
-    const double per_token = footprint->bytes_per_token();
-    std::printf("  %-6s %10.1f bytes/token   %s at the full context of %d tokens (16-token blocks, scales included)\n",
-                std::string(kv_type_name(type)).c_str(), per_token, human_bytes(per_token * c.context_length).c_str(),
-                c.context_length);
-  }
+  print_kv_cache(shape);
 }
 
 }  // namespace

@@ -32,10 +32,13 @@ struct PlanFlags {
   int v_head_dim = 0;    // 0: same as head_dim
   int kv_lora_rank = 0;
   int rope_dim = 0;
+  int sliding_window = 0;       // explicit shape: local layers' window; 0: none
+  int local_layers_period = 0;  // explicit shape: layer l is global when l % period == period - 1
   double params = 0;
   int64_t ctx = 0;       // 0: the model's context
   int64_t batch = 1;
   int block_size = 16;
+  int64_t step_tokens = 1;      // local layers: the longest step (prompt chunk)
   int kivi_residual = KvTypeFlags::kDefaultKiviResidual;  // the same default as run/eval/bench
   std::string memory;
   std::string weight_type;  // empty: the GGUF's own bytes, else f16 for presets
@@ -46,6 +49,9 @@ struct PlanFlags {
   bool budget_given = false;
   bool sinks_given = false;
   bool params_given = false;
+  bool window_given = false;
+  bool step_given = false;
+  bool period_given = false;
   bool json = false;
 };
 
@@ -128,11 +134,34 @@ bool explicit_shape(const PlanFlags& f) {
   return f.layers || f.heads || f.kv_heads || f.head_dim || f.v_head_dim || f.kv_lora_rank || f.rope_dim;
 }
 
+// --sliding-window and --local-layers-period on an explicit shape: Gemma 3's period 6 unless given.
+SlidingWindowConfig resolve_sliding_window(const PlanFlags& f) {
+  if (f.period_given && !f.window_given) {
+    throw CliError("--local-layers-period needs --sliding-window W (the local layers' window in tokens)");
+  }
+  if (!f.window_given) return {};
+  if (f.sliding_window < 1) throw CliError(fmt::format("--sliding-window {} must be >= 1 token", f.sliding_window));
+  const int period = f.period_given ? f.local_layers_period : kGemma3SlidingWindowPeriod;
+  if (period < 2 || period > f.layers + 1) {
+    throw CliError(fmt::format("--local-layers-period {} must be in [2, {}] (--layers + 1: every layer local); "
+                               "period N makes layers N-1, 2N-1, ... global",
+                               period, f.layers + 1));
+  }
+  SlidingWindowConfig window;
+  window.window = f.sliding_window;
+  window.local_layers = local_layers_from_period(period, f.layers);
+  return window;
+}
+
 ModelShape resolve_shape(const PlanFlags& f) {
   const int sources = !f.model.empty() + !f.preset.empty() + explicit_shape(f);
   if (sources != 1) {
     throw CliError("give exactly one of --model FILE.gguf, --preset NAME, or --layers/--heads/--head-dim (presets: " +
                    preset_list() + ")");
+  }
+  if ((f.window_given || f.period_given) && !explicit_shape(f)) {
+    throw CliError("--sliding-window and --local-layers-period describe an explicit shape (--layers, --heads, "
+                   "--head-dim); presets and GGUF files state their own local layers");
   }
   ModelShape shape;
   if (!f.model.empty()) {
@@ -157,9 +186,14 @@ ModelShape resolve_shape(const PlanFlags& f) {
     shape.rope_head_dim = f.rope_dim;
     shape.context_length = f.ctx > 0 ? f.ctx : 4096;
     shape.num_params = f.params;
+    shape.sliding_window = resolve_sliding_window(f);
     throw_if_error(validate_model_shape(shape));
   }
   if (f.params > 0 && f.model.empty()) shape.num_params = f.params;
+  if (f.step_given && !shape.has_local_layers()) {
+    throw CliError(fmt::format("--step-tokens changes only local (sliding-window) layers, and {} has none",
+                               shape.name));
+  }
   return shape;
 }
 
@@ -182,6 +216,15 @@ Weights resolve_weights(const PlanFlags& f, const ModelShape& shape) {
           fmt::format("{:.3g} params × {}", shape.num_params, ggml_type_name(*type))};
 }
 
+// Every global layer's index (all of them without local layers).
+std::vector<int> global_layers(const ModelShape& s) {
+  std::vector<int> layers;
+  for (int l = 0; l < s.num_layers; ++l) {
+    if (!s.sliding_window.is_local(l)) layers.push_back(l);
+  }
+  return layers;
+}
+
 nlohmann::json shape_json(const ModelShape& s) {
   return {{"name", s.name},
           {"architecture", s.architecture},
@@ -194,7 +237,10 @@ nlohmann::json shape_json(const ModelShape& s) {
           {"num_params", s.num_params},
           {"kv_lora_rank", s.kv_lora_rank},
           {"rope_head_dim", s.rope_head_dim},
-          {"mla", s.is_mla()}};
+          {"mla", s.is_mla()},
+          {"sliding_window", s.sliding_window.window},
+          {"num_local_layers", s.num_local_layers()},
+          {"global_layers", global_layers(s)}};
 }
 
 nlohmann::json row_json(const PlanRow& r) {
@@ -208,7 +254,9 @@ nlohmann::json row_json(const PlanRow& r) {
                       {"sinks", r.option.sinks},
                       {"blocks_per_sequence", r.blocks_per_sequence},
                       {"policy_extra_blocks", r.policy_extra_blocks},
+                      {"local_blocks_per_sequence", r.local_blocks_per_sequence},
                       {"bytes_per_token", r.footprint.bytes_per_token()},
+                      {"bytes_per_token_at_ctx", r.bytes_per_token_at_ctx},
                       {"bytes_per_block", r.footprint.bytes_per_block},
                       {"k_block_bytes_per_layer", r.footprint.k_block_bytes},
                       {"v_block_bytes_per_layer", r.footprint.v_block_bytes},
@@ -216,6 +264,7 @@ nlohmann::json row_json(const PlanRow& r) {
                       {"total_bytes_formula", r.formula_bytes},
                       {"total_bytes_blocks", r.block_bytes_total},
                       {"ratio_to_baseline", r.ratio_to_baseline},
+                      {"ratio_at_ctx", r.ratio_at_ctx},
                       {"staging_bytes_per_sequence", r.staging_bytes_per_sequence}};
   const CodecQuality k = codec_quality(r.option.k_type);
   j["k_quality"] = {{"tier", quality_tier_name(k.tier)},
@@ -235,10 +284,24 @@ void print_json(const Plan& plan, const Weights& weights, const std::optional<Ad
                       {"ctx_past_model_context", plan.request.ctx > plan.shape.context_length},
                       {"batch", plan.request.batch},
                       {"block_size", plan.request.block_size},
+                      {"step_tokens", plan.request.step_tokens},
                       {"weight_bytes", weights.bytes},
                       {"weight_source", weights.source},
                       {"baseline_bytes_per_token", plan.baseline_bytes_per_token}};
   if (plan.request.memory_bytes) j["memory_bytes"] = *plan.request.memory_bytes;
+  j["warnings"] = plan.shape.warnings;
+  if (plan.shape.has_local_layers()) {
+    const ModelShape& s = plan.shape;
+    j["local_layers"] = {{"window", s.sliding_window.window},
+                         {"num_local_layers", s.num_local_layers()},
+                         {"num_global_layers", s.num_global_layers()},
+                         {"kept_fraction_at_ctx", s.kept_fraction(plan.request.ctx)},
+                         {"saved_fraction_at_ctx", 1.0 - s.kept_fraction(plan.request.ctx)},
+                         {"max_blocks_per_local_layer",
+                          local_layer_block_cap(plan.request.step_tokens, s.sliding_window.window,
+                                                plan.request.block_size)},
+                         {"summary", local_layer_saving(s, plan.request.ctx)}};
+  }
   j["evictions"] = nlohmann::json::array();
   for (const PlanEviction& e : plan.request.evictions) {
     j["evictions"].push_back({{"policy", e.policy},
@@ -272,6 +335,16 @@ void print_human(const Plan& plan, const Weights& weights, const std::optional<A
   std::printf("model      %s (%s): %d layers, %d heads (%s), head dim %d/%d (K/V), context %lld\n", s.name.c_str(),
               s.architecture.c_str(), s.num_layers, s.num_heads, attention.c_str(), s.head_dim, s.v_head_dim,
               static_cast<long long>(s.context_length));
+  for (const std::string& warning : s.warnings) std::printf("warning    %s\n", warning.c_str());
+  const bool local = s.has_local_layers();
+  if (local) {
+    std::printf("window     %s (global layers: %s); a local layer holds at most %lld blocks (steps of %lld "
+                "token%s)\n",
+                local_layer_saving(s, plan.request.ctx).c_str(), global_layer_list(s).c_str(),
+                static_cast<long long>(local_layer_block_cap(plan.request.step_tokens, s.sliding_window.window,
+                                                             plan.request.block_size)),
+                static_cast<long long>(plan.request.step_tokens), plan.request.step_tokens == 1 ? "" : "s");
+  }
   std::printf("weights    %s (%s)\n", format_bytes(static_cast<double>(weights.bytes)).c_str(), weights.source.c_str());
   std::printf("request    %lld tokens x %lld sequence%s, blocks of %d tokens%s\n",
               static_cast<long long>(plan.request.ctx), static_cast<long long>(plan.request.batch),
@@ -280,14 +353,19 @@ void print_human(const Plan& plan, const Weights& weights, const std::optional<A
                   ? fmt::format(", memory {}", format_bytes(static_cast<double>(*plan.request.memory_bytes))).c_str()
                   : "");
   for (const std::string& note : plan_notes(plan)) std::printf("note       %s\n", note.c_str());
-  std::printf("\n%-30s %14s %12s %10s %14s %8s", "option", "bytes/token", "per token", "tokens/seq", "total",
-              "ratio");
+  std::printf("\n%-30s %14s %12s", "option", "bytes/token", "per token");
+  if (local) std::printf(" %12s", "at ctx");
+  std::printf(" %10s %14s %8s", "tokens/seq", "total", "ratio");
+  if (local) std::printf(" %9s", "ratio@ctx");
   if (plan.request.memory_bytes) std::printf(" %14s %10s", "tokens fit", "seqs fit");
   std::printf("\n");
   for (const PlanRow& r : plan.rows) {
-    std::printf("%-30s %14.1f %12s %10lld %14s %7.3fx", r.option.label.c_str(), r.footprint.bytes_per_token(),
-                format_bytes(r.footprint.bytes_per_token()).c_str(), static_cast<long long>(r.tokens_per_sequence),
+    std::printf("%-30s %14.1f %12s", r.option.label.c_str(), r.footprint.bytes_per_token(),
+                format_bytes(r.footprint.bytes_per_token()).c_str());
+    if (local) std::printf(" %12s", format_bytes(r.bytes_per_token_at_ctx).c_str());
+    std::printf(" %10lld %14s %7.3fx", static_cast<long long>(r.tokens_per_sequence),
                 format_bytes(static_cast<double>(r.block_bytes_total)).c_str(), r.ratio_to_baseline);
+    if (local) std::printf(" %8.3fx", r.ratio_at_ctx);
     if (r.fit) std::printf(" %14lld %10lld", static_cast<long long>(r.fit->tokens), static_cast<long long>(r.fit->sequences));
     std::printf("\n");
   }
@@ -295,6 +373,13 @@ void print_human(const Plan& plan, const Weights& weights, const std::optional<A
               "residual blocks; policies: + their evicted-slot blocks); tokens/seq = resident tokens; ratio per "
               "token against the FP16 MHA cache (%.0f B/token)\n",
               plan.request.block_size, plan.baseline_bytes_per_token);
+  if (local) {
+    std::printf("local layers: bytes/token and ratio are the full cache's (every layer every token); \"at ctx\" and "
+                "ratio@ctx divide a sequence's bytes at %lld tokens, local layers holding min(tokens, %d), by its "
+                "tokens; "
+                "total and fit hold whole blocks per layer; tokens fit = the longest one sequence\n",
+                static_cast<long long>(plan.request.ctx), s.sliding_window.window);
+  }
   if (advice) {
     std::printf("\nadvice (%s): %s\n", std::string(scenario_name(advice->scenario)).c_str(),
                 advice->recommendation.c_str());
@@ -312,6 +397,7 @@ void run(const PlanFlags& f) {
   request.block_size = f.block_size;
   request.weight_bytes = weights.bytes;
   request.kivi_residual_tokens = f.kivi_residual;
+  request.step_tokens = f.step_tokens;
   request.evictions = resolve_evictions(f);
   if (!f.memory.empty()) request.memory_bytes = value_or_throw(parse_memory_size(f.memory));
   std::optional<Scenario> scenario;
@@ -344,11 +430,19 @@ CLI::App* add_plan_command(CLI::App& app) {
   cmd->add_option("--v-head-dim", f->v_head_dim, "explicit shape: V head size (default: --head-dim)");
   cmd->add_option("--kv-lora-rank", f->kv_lora_rank, "explicit shape: MLA latent size");
   cmd->add_option("--rope-dim", f->rope_dim, "explicit shape: MLA decoupled rope dims");
+  const CLI::Option* window = cmd->add_option(
+      "--sliding-window", f->sliding_window, "explicit shape: local layers attend to the last W tokens (Gemma 3)");
+  const CLI::Option* period = cmd->add_option(
+      "--local-layers-period", f->local_layers_period,
+      "explicit shape with --sliding-window: every Nth layer is global, the rest local (default 6)");
   const CLI::Option* params =
       cmd->add_option("--params", f->params, "parameter count, for weight bytes (e.g. 6.74e9; not with --model)");
   cmd->add_option("--ctx", f->ctx, "tokens per sequence (default: the model's context)");
   cmd->add_option("--batch", f->batch, "concurrent sequences")->capture_default_str();
   cmd->add_option("--block-size", f->block_size, "tokens per cache block")->capture_default_str();
+  const CLI::Option* step = cmd->add_option("--step-tokens", f->step_tokens,
+                  "local layers: the longest step (prompt chunk); a local layer holds window + step - 1 tokens in it")
+      ->capture_default_str();
   cmd->add_option("--kivi-residual", f->kivi_residual, "KIVI residual window kept in f32, tokens")
       ->capture_default_str();
   cmd->add_option("--memory", f->memory, "memory for weights + cache: 24GiB, 24GB, 512MiB, bytes");
@@ -359,10 +453,13 @@ CLI::App* add_plan_command(CLI::App& app) {
   CLI::Option* sinks =
       cmd->add_option("--sinks", f->sinks, "--policy streaming: first tokens always kept")->capture_default_str();
   cmd->add_flag("--json", f->json, "print one JSON object");
-  cmd->callback([f, budget, sinks, params] {
+  cmd->callback([f, budget, sinks, params, window, period, step] {
+    f->step_given = step->count() > 0;
     f->budget_given = budget->count() > 0;
     f->sinks_given = sinks->count() > 0;
     f->params_given = params->count() > 0;
+    f->window_given = window->count() > 0;
+    f->period_given = period->count() > 0;
     run(*f);
   });
   return cmd;

@@ -111,7 +111,7 @@ void run(const RunFlags& f, const RunFlagsGiven& given) {
   auto result = value_or_throw(generator.generate(prompt, options, f.json ? Generator::TextCallback{} : print));
 
   const RunDescription desc{model_display_name(f.model), options.k_type, options.v_type, options.sampler.seed,
-                            options.storage.kivi_residual_tokens, options.eviction};
+                            options.storage.kivi_residual_tokens, options.eviction, options.prefill_chunk};
   if (f.json) {
     std::printf("%s\n", stats_to_json(result, *model, desc).dump(2).c_str());
     return;

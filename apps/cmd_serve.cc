@@ -51,7 +51,8 @@ struct ServeFlags {
 // The default pool: room for every running request at the full context, capped at 1 GiB.
 constexpr uint64_t kDefaultPoolBytes = 1ull << 30;
 
-int resolve_pool_blocks(const ServeFlags& f, const LlamaModel& model, uint64_t bytes_per_block) {
+// local_bytes: what the sliding-window layers' own slots take besides the blocks (0 without them).
+int resolve_pool_blocks(const ServeFlags& f, const LlamaModel& model, uint64_t bytes_per_block, uint64_t local_bytes) {
   if (f.pool_blocks > 0) return f.pool_blocks;
   uint64_t bytes = kDefaultPoolBytes;
   if (!f.pool_memory.empty()) {
@@ -60,9 +61,9 @@ int resolve_pool_blocks(const ServeFlags& f, const LlamaModel& model, uint64_t b
     bytes = *parsed;
   } else {
     const uint64_t blocks_per_seq = (model.config().context_length + f.block_size - 1) / f.block_size;
-    bytes = std::min<uint64_t>(bytes, blocks_per_seq * f.max_seqs * bytes_per_block);
+    bytes = std::min<uint64_t>(bytes, blocks_per_seq * f.max_seqs * bytes_per_block + local_bytes);
   }
-  const uint64_t blocks = bytes / std::max<uint64_t>(1, bytes_per_block);
+  const uint64_t blocks = (bytes > local_bytes ? bytes - local_bytes : 0) / std::max<uint64_t>(1, bytes_per_block);
   if (blocks < 1) {
     throw CliError(fmt::format("--pool-memory {} holds no block ({} bytes each)", f.pool_memory, bytes_per_block));
   }
@@ -138,9 +139,16 @@ void run(const ServeFlags& f, bool pool_memory_given, bool pool_blocks_given) {
   eo.num_blocks = 1;
   {  // bytes per block come from the storage itself
     auto probe = value_or_throw(Engine::create(*model, pool, eo));
-    eo.num_blocks = resolve_pool_blocks(f, *model, probe->metrics().bytes_per_block);
+    const SlidingWindowConfig& sw = model->config().sliding_window;
+    const uint64_t local_bytes =
+        sw.any() ? static_cast<uint64_t>(KvStorage::local_blocks_per_sequence(sw.window, f.block_size,
+                                                                              f.max_batch_tokens)) *
+                       static_cast<uint64_t>(f.max_seqs) * probe->storage().local_bytes_per_block()
+                 : 0;
+    eo.num_blocks = resolve_pool_blocks(f, *model, probe->metrics().bytes_per_block, local_bytes);
   }
   auto engine = value_or_throw(Engine::create(*model, pool, eo));
+  for (const std::string& warning : engine->warnings()) spdlog::warn("{}", warning);
   for (const std::string& warning : model->tokenizer().warnings()) spdlog::warn("tokenizer: {}", warning);
   auto chat_format = chat::chat_format_for_model(model->file(), model->tokenizer());
   if (!chat_format.ok()) {

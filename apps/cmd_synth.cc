@@ -22,6 +22,8 @@ struct SynthFlags {
   std::string rope_scaling;
   float rope_factor = 0;
   int rope_orig_ctx = 0;
+  int sliding_window = 0, swa_period = 0;
+  float rope_base_swa = 0;
   int tied = -1;  // -1: preset's choice
   uint64_t seed = 1;
   std::string name;
@@ -57,6 +59,10 @@ void run(const SynthFlags& f, const CLI::App& cmd) {
   if (cmd.count("--rope-scaling")) shape.rope_scaling.type = f.rope_scaling;
   if (cmd.count("--rope-factor")) shape.rope_scaling.factor = f.rope_factor;
   if (cmd.count("--rope-orig-ctx")) shape.rope_scaling.original_context = f.rope_orig_ctx;
+  if (cmd.count("--sliding-window")) shape.sliding_window = f.sliding_window;
+  if (cmd.count("--swa-period")) shape.sliding_window_period = f.swa_period;
+  if (cmd.count("--rope-base-swa")) shape.rope_freq_base_swa = f.rope_base_swa;
+  if (shape.architecture == "gemma3" && shape.sliding_window == 0) shape.sliding_window = 24;  // gemma3-tiny's
 
   SynthOptions options;
   options.shape = shape;
@@ -81,7 +87,7 @@ CLI::App* add_synth_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("synth", "Write a deterministic random-weight GGUF model");
   cmd->add_option("--out,-o", flags->out, "output GGUF path")->required();
   cmd->add_option("--preset", flags->preset, fmt::format("named shape: {}", fmt::join(synth_preset_names(), ", ")));
-  cmd->add_option("--arch", flags->arch, "architecture: llama | qwen2 | qwen3")->capture_default_str();
+  cmd->add_option("--arch", flags->arch, "architecture: llama | qwen2 | qwen3 | gemma3")->capture_default_str();
   cmd->add_option("--type", flags->type, fmt::format("weight type: {}", supported_ggml_type_names()))->capture_default_str();
   cmd->add_option("--layers", flags->layers, "transformer blocks");
   cmd->add_option("--dim", flags->dim, "residual width");
@@ -96,6 +102,11 @@ CLI::App* add_synth_command(CLI::App& app) {
                   "none | linear | yarn | llama3 (rope_freqs tensor) | llama3-metadata (rope_scaling keys)");
   cmd->add_option("--rope-factor", flags->rope_factor, "RoPE scaling factor (context extension)");
   cmd->add_option("--rope-orig-ctx", flags->rope_orig_ctx, "original context length (yarn, llama3)");
+  cmd->add_option("--sliding-window", flags->sliding_window, "gemma3: tokens a local layer sees");
+  cmd->add_option("--swa-period", flags->swa_period,
+                  "gemma3: every N-th layer is global, written as attention.sliding_window_pattern (default: "
+                  "left out, Gemma 3's 6)");
+  cmd->add_option("--rope-base-swa", flags->rope_base_swa, "gemma3: RoPE base of the local layers (10000)");
   cmd->add_option("--tied", flags->tied, "1: output shares the embedding, 0: separate output matrix");
   cmd->add_option("--seed", flags->seed, "weights seed")->capture_default_str();
   cmd->add_option("--name", flags->name, "general.name");

@@ -1,6 +1,7 @@
 // The planner's prediction for a finished run, printed beside the live pool's bytes.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -55,14 +56,35 @@ struct PlannerCheck {
   }
 };
 
+// How the run's pool held sliding-window layers: every token (a pool without local slots), or only
+// the windows, with steps of at most max_step_tokens (the peak a local layer reaches is the
+// window plus the longest step).
+struct LocalLayerRun {
+  LocalLayerBlocks blocks = LocalLayerBlocks::kEveryToken;
+  int64_t max_step_tokens = 1;
+};
+
 inline PlannerCheck check_against_planner(const ModelConfig& config, KvType k_type, KvType v_type, int block_size,
                                           const std::vector<int64_t>& tokens_per_sequence, uint64_t live_bytes,
                                           int kivi_residual = 0, uint64_t live_staging_bytes = 0,
-                                          int evicted_slot_blocks = 0) {
+                                          int evicted_slot_blocks = 0, LocalLayerRun local = {}) {
   PlannerCheck check;
-  check.predicted = value_or_throw(predict_pool_bytes(model_shape_from_config(config), k_type, v_type,
-                                                      CacheForm::kFull, block_size, tokens_per_sequence,
-                                                      kivi_residual));
+  if (config.sliding_window.any() && local.blocks == LocalLayerBlocks::kWindow) {
+    PoolQuery query;
+    query.k_type = k_type;
+    query.v_type = v_type;
+    query.block_size = block_size;
+    query.kivi_residual_tokens = kivi_residual;
+    query.local_blocks = LocalLayerBlocks::kWindow;
+    for (int64_t tokens : tokens_per_sequence) {
+      query.sequences.push_back({tokens, std::min(tokens, std::max<int64_t>(1, local.max_step_tokens))});
+    }
+    check.predicted = value_or_throw(predict_pool_bytes(model_shape_from_config(config), query));
+  } else {
+    check.predicted = value_or_throw(predict_pool_bytes(model_shape_from_config(config), k_type, v_type,
+                                                        CacheForm::kFull, block_size, tokens_per_sequence,
+                                                        kivi_residual));
+  }
   // Window and streaming leave evicted slots in at most two blocks per sequence (the sinks' last
   // block and the window's first) until a whole block is evicted and dropped.
   check.predicted.slack_bytes += static_cast<uint64_t>(evicted_slot_blocks) * tokens_per_sequence.size() *

@@ -16,7 +16,8 @@ PlannerCheck planner_check(const GenerationStats& s, const LlamaModel& model, co
   const int64_t peak_tokens = evicting ? s.eviction.peak_live_tokens : s.kv_tokens_cached;
   return check_against_planner(model.config(), run.k_type, run.v_type, s.block_size, {peak_tokens},
                                s.kv_bytes_allocated, run.kivi_residual, s.kv_staging_bytes_peak,
-                               EvictingSequence::evicted_slot_blocks(run.eviction));
+                               EvictingSequence::evicted_slot_blocks(run.eviction),
+                               LocalLayerRun{LocalLayerBlocks::kWindow, std::min(run.prefill_chunk, s.prompt_tokens)});
 }
 
 }  // namespace
@@ -41,6 +42,12 @@ std::string format_stats(const GenerationResult& r, const LlamaModel& model, con
   out += fmt::format("KV allocated     {} bytes in {} blocks of {} tokens (peak; {} bytes for {} tokens by formula)\n",
                      s.kv_bytes_allocated, s.kv_blocks_peak, s.block_size,
                      s.kv_bytes_per_token * static_cast<uint64_t>(s.kv_tokens_cached), s.kv_tokens_cached);
+  if (c.sliding_window.any()) {
+    const int local = c.sliding_window.num_local_layers();
+    out += fmt::format("KV local layers  {} of {} layers see {} tokens: they held at most {} blocks each (the "
+                       "global layers {})\n",
+                       local, c.num_layers, c.sliding_window.window, s.kv_local_blocks_peak, s.kv_blocks_peak);
+  }
   if (run.eviction.policy != EvictionPolicy::kNone) {
     out += fmt::format("KV eviction      {}: {} tokens evicted, at most {} live, {} blocks dropped, {} tokens moved "
                        "in {} compactions\n",
@@ -74,6 +81,7 @@ nlohmann::json stats_to_json(const GenerationResult& r, const LlamaModel& model,
       {"kv_bytes_per_token", s.kv_bytes_per_token},
       {"kv_bytes_allocated", s.kv_bytes_allocated},
       {"kv_blocks_peak", s.kv_blocks_peak},
+      {"kv_local_blocks_peak", s.kv_local_blocks_peak},
       {"kv_tokens_cached", s.kv_tokens_cached},
       {"block_size", s.block_size},
       {"kv_pool_bytes", s.kv_pool_bytes},

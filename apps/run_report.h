@@ -22,6 +22,7 @@ struct RunDescription {
   uint64_t seed = 0;
   int kivi_residual = 0;
   EvictionOptions eviction;
+  int prefill_chunk = 256;  // the longest step: what a sliding-window layer holds beyond its window
 };
 
 std::string format_stats(const GenerationResult& result, const LlamaModel& model, const RunDescription& run);

@@ -27,6 +27,7 @@ struct AttentionWork {
   int group_size = 0;        // query heads per kv head
   const float* q = nullptr;  // [num_queries, num_heads, head_dim]
   float scale = 0.0f;
+  int sliding_window = 0;  // PagedAttentionArgs::sliding_window: 0, or each query sees its last this many tokens
   // When set, every task also writes the scaled score q·k of each token its rows see into
   // row (query * num_heads + head), column token: what attention weights are computed from
   // once the rows' softmax maxima and sums are known (H2O, SnapKV). Tokens no row sees are
@@ -38,7 +39,8 @@ struct AttentionWork {
 };
 
 // One task: the query heads of one kv head, for queries [query_begin, query_end),
-// over cache tokens [token_begin, token_end) (further limited per query by causality).
+// over cache tokens [token_begin, token_end) (further limited per query by causality and the
+// sliding window).
 // Its rows are (query, head of the group) in query-major order.
 // A task covering the whole visible context writes the normalized result to `out`;
 // a task over one chunk writes its unnormalized partial state instead (row max,

@@ -53,10 +53,17 @@ void check_args(const PagedAttentionArgs& a) {
                  std::max(a.num_sink_tokens, a.window_begin) <= a.num_context_tokens - a.num_queries,
              "paged_attention: sinks [0, {}) and window from {} must lie before the first query at {}",
              a.num_sink_tokens, a.window_begin, a.num_context_tokens - a.num_queries);
-  for (int i = 0; i < needed_blocks; ++i) {
-    KVLM_CHECK(a.block_table[i] >= 0 && a.block_table[i] < a.storage->num_blocks(),
+  KVLM_CHECK(a.sliding_window >= 0, "paged_attention: sliding window {} < 0", a.sliding_window);
+  KVLM_CHECK(a.sliding_window == 0 || (a.num_sink_tokens == 0 && a.window_begin == 0 && a.q_sink == nullptr &&
+                                       a.token_weights == nullptr),
+             "paged_attention: a sliding window does not combine with sinks, window_begin or token weights");
+  // Under a sliding window the blocks before the first query's window are never read.
+  const int first_read_token =
+      a.sliding_window > 0 ? std::max(0, a.num_context_tokens - a.num_queries - a.sliding_window + 1) : 0;
+  for (int i = first_read_token / layout.block_size; i < needed_blocks; ++i) {
+    KVLM_CHECK(a.block_table[i] >= 0 && a.block_table[i] < a.storage->num_blocks(a.layer),
                "paged_attention: block_table[{}] = {} outside the storage's {} blocks", i, a.block_table[i],
-               a.storage->num_blocks());
+               a.storage->num_blocks(a.layer));
   }
 }
 
@@ -258,6 +265,7 @@ void run_attention(const PagedAttentionArgs& args, ThreadPool& pool, AttentionIs
   work.group_size = args.num_heads / layout.num_kv_heads;
   work.q = args.q;
   work.scale = args.scale;
+  work.sliding_window = args.sliding_window;
   const AttentionKernelFn kernel =
       select_kernel(resolve_attention_isa(isa, layout.head_dim), storage.k_type(), storage.v_type());
   KVLM_CHECK(kernel != nullptr, "no attention kernel for K {} / V {}", kv_type_name(storage.k_type()),
@@ -272,8 +280,10 @@ void run_attention(const PagedAttentionArgs& args, ThreadPool& pool, AttentionIs
   const bool split_sinks = num_sinks > 0 && (args.window_begin > num_sinks || args.q_sink != nullptr);
   // Without a sink chunk, either there are no sinks (the window alone may start late) or
   // the window starts at or before their end (nothing is hidden).
-  const int window_begin =
-      split_sinks ? std::max(args.window_begin, num_sinks) : (num_sinks > 0 ? 0 : args.window_begin);
+  int window_begin = split_sinks ? std::max(args.window_begin, num_sinks) : (num_sinks > 0 ? 0 : args.window_begin);
+  const int first_query_pos = args.num_context_tokens - args.num_queries;
+  const int W = args.sliding_window;
+  if (W > 0) window_begin = std::max(0, first_query_pos - W + 1);  // what the first query sees
   const int sink_chunks = split_sinks ? 1 : 0;
 
   // The split depends on shapes only, so every thread count computes the same sums.
@@ -290,7 +300,6 @@ void run_attention(const PagedAttentionArgs& args, ThreadPool& pool, AttentionIs
   const int num_chunks = sink_chunks + window_chunks;
   // Weights need each row's final softmax max and sum: every task then leaves its partial state.
   const bool partial = num_chunks > 1 || args.token_weights != nullptr;
-  const int first_query_pos = args.num_context_tokens - args.num_queries;
   const int rows_per_task = query_tile * G;
   const size_t scratch_floats = attention_internal::task_scratch_floats(rows_per_task, layout.head_dim);
 
@@ -339,9 +348,12 @@ void run_attention(const PagedAttentionArgs& args, ThreadPool& pool, AttentionIs
       task.token_end = num_sinks;
     } else {
       const int window_chunk = chunk - sink_chunks;
-      const int window_len = visible_end - window_begin;
+      // Under a sliding window a later query tile starts later: its first query's window.
+      const int tile_begin =
+          W > 0 ? std::max(window_begin, first_query_pos + task.query_begin - W + 1) : window_begin;
+      const int window_len = visible_end - tile_begin;
       const int chunk_len = ceil_div(ceil_div(window_len, window_chunks), kChunkAlign) * kChunkAlign;
-      task.token_begin = std::min(visible_end, window_begin + window_chunk * chunk_len);
+      task.token_begin = std::min(visible_end, tile_begin + window_chunk * chunk_len);
       task.token_end = std::min(visible_end, task.token_begin + chunk_len);
     }
     if (!partial) {

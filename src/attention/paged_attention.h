@@ -35,6 +35,12 @@ struct PagedAttentionArgs {
   int window_begin = 0;
   const float* q_sink = nullptr;  // [num_queries, num_heads, head_dim] or nullptr
 
+  // Sliding-window attention (gemma3's local layers): query i, at cache token
+  // p = num_context_tokens - num_queries + i, sees only tokens (p - sliding_window, p]. 0 = none.
+  // Table entries of blocks wholly before the first query's window are never read (they may be
+  // -1: the cache released them). Not combined with sinks, window_begin or token weights.
+  int sliding_window = 0;
+
   // When set, the softmax weight that each query of [first_weight_query, num_queries) gives each
   // token, summed over those queries and all heads, is added to token_weights[token] (H2O,
   // SnapKV). The kernels emit the scores as they compute them; only asking costs anything.

@@ -37,7 +37,10 @@ std::vector<float> reference_attention(const ReferenceAttentionArgs& a) {
   };
   for (int i = 0; i < a.num_queries; ++i) {
     const int pos = first_query_pos + i;
-    auto visible = [&](int t) { return t <= pos && (t < a.num_sink_tokens || t >= a.window_begin); };
+    auto visible = [&](int t) {
+      return t <= pos && (t < a.num_sink_tokens || t >= a.window_begin) &&
+             (a.sliding_window <= 0 || pos - t < a.sliding_window);
+    };
     for (int h = 0; h < a.num_heads; ++h) {
       const int kvh = h / group;
       const size_t row = static_cast<size_t>(i) * a.num_heads + h;

@@ -27,6 +27,8 @@ struct ReferenceAttentionArgs {
   int num_sink_tokens = 0;
   int window_begin = 0;
   const float* q_sink = nullptr;  // [num_queries, num_heads, head_dim] or nullptr
+  // Sliding-window attention: query at p also needs p - t < sliding_window (0 = no limit).
+  int sliding_window = 0;
 
   // Score with the integer queries the kernels use over int8 and int4 keys
   // (query_rounding.h): each scaled (query, head) row rounded to integers × one step.

@@ -68,9 +68,25 @@ Result<std::unique_ptr<Engine>> Engine::create(LlamaModel& model, ThreadPool& po
   }
   if (options.max_seqs < 1) return Status::errorf("--max-seqs {} must be >= 1", options.max_seqs);
   const KvLayout layout{c.num_layers, c.num_kv_heads, c.head_dim, options.block_size};
+  KvStorageOptions storage_options = options.storage;
+  EngineOptions engine_options = options;
+  std::vector<std::string> warnings;
+  if (c.sliding_window.any()) {
+    // Local layers keep only their windows; such blocks are never shared (yet), so no prefix cache.
+    keep_local_windows(c.sliding_window, options.block_size, options.max_seqs, options.max_batch_tokens,
+                       options.num_blocks, storage_options);
+    if (options.prefix_caching) {
+      engine_options.prefix_caching = false;
+      warnings.push_back(fmt::format("prefix caching is off: '{}' has sliding-window layers, whose blocks kvlm "
+                                     "does not share between requests yet",
+                                     c.architecture));
+    }
+  }
   KVLM_ASSIGN_OR_RETURN(std::unique_ptr<KvStorage> storage,
-                        KvStorage::create(layout, options.k_type, options.v_type, options.num_blocks, options.storage));
-  return std::unique_ptr<Engine>(new Engine(model, pool, options, std::move(storage)));
+                        KvStorage::create(layout, options.k_type, options.v_type, options.num_blocks, storage_options));
+  std::unique_ptr<Engine> engine(new Engine(model, pool, engine_options, std::move(storage)));
+  engine->warnings_ = std::move(warnings);
+  return engine;
 }
 
 Engine::Engine(LlamaModel& model, ThreadPool& pool, const EngineOptions& options, std::unique_ptr<KvStorage> storage)
@@ -115,6 +131,10 @@ Result<RequestId> Engine::submit(RequestOptions request, TokenCallback on_event)
     }
   }
   if (Status s = validate_eviction_options(request.eviction); !s.ok()) return reject(s);
+  if (config.sliding_window.any() && request.eviction.policy != EvictionPolicy::kNone) {
+    return reject(Status::errorf("token eviction ({}) does not combine with the sliding-window layers of '{}' yet",
+                                 eviction_policy_name(request.eviction.policy), config.architecture));
+  }
   if (Status s = request.sampler.validate(); !s.ok()) return reject(s);
   if (request.max_tokens < 0) return reject(Status::errorf("max_tokens {} must be >= 0", request.max_tokens));
   const int num_prompt = static_cast<int>(request.prompt.size());

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <thread>
 #include <unordered_set>
+#include <string>
 #include <vector>
 
 #include "cache/kv_cache_manager.h"
@@ -83,6 +84,9 @@ class Engine {
   EngineMetrics metrics() const;
   const EngineOptions& options() const { return options_; }
   const KvStorage& storage() const { return *storage_; }
+  // What the engine changed from its options, for the user: e.g. prefix caching turned off for a
+  // model with sliding-window layers. Callers print them.
+  const std::vector<std::string>& warnings() const { return warnings_; }
   const KvCacheManager& cache() const { return cache_; }
   LlamaModel& model() { return model_; }
   // The blocks a request of `total_tokens` (prompt + output) needs under `eviction`.
@@ -129,6 +133,7 @@ class Engine {
   std::thread thread_;
   bool stopping_ = false;
   std::atomic<bool> stepping_{false};
+  std::vector<std::string> warnings_;
 };
 
 }  // namespace kvlm

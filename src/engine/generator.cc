@@ -118,11 +118,16 @@ Result<GenerationResult> Generator::generate(const std::vector<TokenId>& prompt,
   for (int k = 1; k <= decode_forwards; ++k) stats.kv_projections_recompute += static_cast<uint64_t>(num_prompt + k);
   stats.kv_projections_cached = model_.kv_projections_computed() - kv_before;
   stats.kv_blocks_peak = request_stats.peak_blocks;
-  stats.kv_bytes_allocated = static_cast<uint64_t>(stats.kv_blocks_peak) * engine->storage().bytes_per_block();
+  // Local (sliding-window) layers hold their own slots: at most the window and a step's worth.
+  stats.kv_local_blocks_peak = engine->storage().peak_local_blocks_in_use();
+  stats.kv_bytes_allocated =
+      static_cast<uint64_t>(stats.kv_blocks_peak) * engine->storage().bytes_per_block() +
+      static_cast<uint64_t>(stats.kv_local_blocks_peak) * engine->storage().local_bytes_per_block();
   stats.kv_staging_bytes_peak = engine->metrics().peak_staging_bytes;
   stats.kv_tokens_cached = request_stats.live_tokens;
   stats.eviction = request_stats.eviction;
-  stats.blocks_leaked = engine->cache().num_used_blocks();  // nothing runs now: every block must be back
+  // Nothing runs now: every block (and every local slot) must be back.
+  stats.blocks_leaked = engine->cache().num_used_blocks() + engine->storage().local_blocks_in_use();
   result.text = text;
 
   if (options.verify) {

@@ -52,6 +52,7 @@ struct GenerationStats {
   uint64_t kv_staging_bytes_peak = 0; // KIVI: peak f32 staging (tail + residual blocks) beside the blocks
   uint64_t kv_pool_bytes = 0;         // the whole arena reserved for the run
   int kv_blocks_peak = 0;
+  int kv_local_blocks_peak = 0;       // most local-layer slots held at once (sliding-window models)
   int kv_tokens_cached = 0;           // tokens whose K/V the cache held at the end (attention's view)
   EvictionStats eviction;             // what the policy evicted, moved and copied
   int block_size = 0;

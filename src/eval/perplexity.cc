@@ -91,9 +91,16 @@ Result<PerplexityResult> evaluate_perplexity(LlamaModel& model, ThreadPool& pool
   KVLM_RETURN_IF_ERROR(validate_eviction_options(options.eviction));
   const bool evicting = options.eviction.policy != EvictionPolicy::kNone;
   const int num_blocks = EvictingSequence::max_blocks(options.eviction, options.block_size, ctx, ctx);
+  if (evicting && config.sliding_window.any()) {
+    return Status::errorf("token eviction ({}) does not combine with the sliding-window layers of '{}' yet",
+                          eviction_policy_name(options.eviction.policy), config.architecture);
+  }
   const KvLayout layout{config.num_layers, config.num_kv_heads, config.head_dim, options.block_size};
+  KvStorageOptions storage_options = options.storage;
+  keep_local_windows(config.sliding_window, options.block_size, 1, std::min(options.prefill_chunk, ctx), num_blocks,
+                     storage_options);
   KVLM_ASSIGN_OR_RETURN(std::unique_ptr<KvStorage> storage,
-                        KvStorage::create(layout, options.k_type, options.v_type, num_blocks, options.storage));
+                        KvStorage::create(layout, options.k_type, options.v_type, num_blocks, storage_options));
   KvCacheManager cache(num_blocks, options.block_size);
   result.kv_bytes_per_token = storage->bytes_per_token();
   result.kv_bytes_formula = result.kv_bytes_per_token * static_cast<uint64_t>(ctx);
@@ -157,7 +164,9 @@ Result<PerplexityResult> evaluate_perplexity(LlamaModel& model, ThreadPool& pool
     if (!status.ok()) return status;
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  result.kv_bytes_peak = static_cast<uint64_t>(result.kv_blocks_peak) * storage->bytes_per_block();
+  result.kv_local_blocks_peak = storage->peak_local_blocks_in_use();
+  result.kv_bytes_peak = static_cast<uint64_t>(result.kv_blocks_peak) * storage->bytes_per_block() +
+                         static_cast<uint64_t>(result.kv_local_blocks_peak) * storage->local_bytes_per_block();
   result.stats = perplexity_from_nll(nll);
   KVLM_CHECK(result.stats.num_scored == result.plan.num_scored, "scored {} tokens, planned {}",
              result.stats.num_scored, result.plan.num_scored);

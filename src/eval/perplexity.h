@@ -77,6 +77,7 @@ struct PerplexityResult {
   uint64_t kv_bytes_peak = 0;        // peak blocks in use x bytes per block, from the live pool
   uint64_t kv_staging_bytes_peak = 0;  // KIVI: peak f32 staging (tail + residual blocks) beside the blocks
   int kv_blocks_peak = 0;
+  int kv_local_blocks_peak = 0;      // most sliding-window layer slots held at once
   EvictionStats eviction;            // summed over the windows (zero without a policy)
   double seconds = 0;
 };

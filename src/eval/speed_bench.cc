@@ -329,6 +329,18 @@ Result<SpeedBenchResult> run_speed_bench(LlamaModel& model, ThreadPool& pool, co
           row.weight_bytes_per_token = static_cast<double>(result.weight_bytes_per_token);
           row.kv_tokens_read = static_cast<double>(depth) + (static_cast<double>(num_tokens) + 1.0) / 2.0;
           row.kv_bytes_per_token = row.kv_tokens_read * static_cast<double>(row.kv_bytes_per_cached_token);
+          const SlidingWindowConfig& sw = config.sliding_window;
+          if (sw.any()) {
+            // A local layer reads at most its window: sum each layer's mean over the n steps.
+            double layer_tokens = 0;
+            for (int step = 0; step < num_tokens; ++step) {
+              const double context = static_cast<double>(depth) + step + 1;
+              const double local = std::min(context, static_cast<double>(sw.window));
+              layer_tokens += (config.num_layers - sw.num_local_layers()) * context + sw.num_local_layers() * local;
+            }
+            row.kv_bytes_per_token = layer_tokens / num_tokens * static_cast<double>(row.kv_bytes_per_cached_token) /
+                                     config.num_layers;
+          }
           row.bytes_per_token = row.weight_bytes_per_token + row.kv_bytes_per_token;
           row.gb_per_s = row.bytes_per_token * row.mean_tps / 1e9;
         }

@@ -76,7 +76,8 @@ struct SpeedBenchRow {
   // Decode traffic, tg rows only (0 for pp rows):
   double weight_bytes_per_token = 0;  // weight bytes one decode step reads
   double kv_tokens_read = 0;          // mean tokens attention reads per step: depth + (n + 1) / 2
-  double kv_bytes_per_token = 0;      // kv_tokens_read × KV bytes per cached token (all layers, K + V)
+  double kv_bytes_per_token = 0;      // kv_tokens_read × KV bytes per cached token (all layers, K + V);
+                                      // sliding-window layers count at most their window
   double bytes_per_token = 0;         // weight + KV bytes
   double gb_per_s = 0;                // bytes_per_token × mean_tps / 1e9
 

@@ -75,6 +75,27 @@ Status KvStorage::init(const KvLayout& layout, KvType k_type, KvType v_type, int
   k_codec_ = &kv_codec(k_type, KvRole::kKey);
   v_codec_ = &kv_codec(v_type, KvRole::kValue);
   num_blocks_ = num_blocks;
+  num_local_layers_ = 0;
+  if (!options.local_layers.empty()) {
+    if (static_cast<int>(options.local_layers.size()) != layout.num_layers) {
+      return Status::errorf("KV storage: {} local-layer flags for {} layers", options.local_layers.size(),
+                            layout.num_layers);
+    }
+    num_local_layers_ = static_cast<int>(std::count(options.local_layers.begin(), options.local_layers.end(), 1));
+    if (num_local_layers_ == 0) options_.local_layers.clear();  // all global: nothing local to keep
+  }
+  if (num_local_layers_ > 0) {
+    if (options.local_num_blocks <= 0) {
+      return Status::errorf("KV storage: {} sliding-window layers need local blocks, got local_num_blocks={}",
+                            num_local_layers_, options.local_num_blocks);
+    }
+    if (is_kivi(k_type) || is_kivi(v_type)) {
+      return Status::errorf("KV storage: KIVI (K {} / V {}) does not combine with sliding-window layers yet; use "
+                            "f16, bf16, fp8, int8 or int4",
+                            kv_type_name(k_type), kv_type_name(v_type));
+    }
+  }
+  local_map_ = LocalBlockMap(num_blocks, num_local_layers_ > 0 ? options.local_num_blocks : 0);
 
   // Every product is checked: layouts come from model files and flags. Capping the
   // values per block keeps every codec's block_bytes() far from overflowing.
@@ -87,7 +108,14 @@ Status KvStorage::init(const KvLayout& layout, KvType k_type, KvType v_type, int
   k_block_bytes_ = k_codec_->block_bytes(layout);
   v_block_bytes_ = v_codec_->block_bytes(layout);
   const auto per_layer = checked_mul(k_block_bytes_ + v_block_bytes_, static_cast<size_t>(num_blocks));
-  const auto total = per_layer ? checked_mul(*per_layer, static_cast<size_t>(layout.num_layers)) : std::nullopt;
+  const auto global = per_layer ? checked_mul(*per_layer, static_cast<size_t>(layout.num_layers - num_local_layers_))
+                                : std::nullopt;
+  const auto per_local_layer =
+      checked_mul(k_block_bytes_ + v_block_bytes_, static_cast<size_t>(local_map_.num_slots()));
+  const auto local =
+      per_local_layer ? checked_mul(*per_local_layer, static_cast<size_t>(num_local_layers_)) : std::nullopt;
+  const std::optional<size_t> total =
+      global && local && *global + *local >= *global ? std::optional<size_t>(*global + *local) : std::nullopt;
   const std::string what = fmt::format(
       "KV storage for {} layers × {} blocks of {} tokens ({} kv heads × {} head_dim, K {} / V {})", layout.num_layers,
       num_blocks, layout.block_size, layout.num_kv_heads, layout.head_dim, kv_type_name(k_type), kv_type_name(v_type));
@@ -104,8 +132,9 @@ Status KvStorage::init(const KvLayout& layout, KvType k_type, KvType v_type, int
   k_arenas_.reserve(static_cast<size_t>(layout.num_layers));
   v_arenas_.reserve(static_cast<size_t>(layout.num_layers));
   for (int l = 0; l < layout.num_layers; ++l) {
-    for (auto [arenas, bytes] : {std::pair{&k_arenas_, k_block_bytes_ * num_blocks},
-                                 std::pair{&v_arenas_, v_block_bytes_ * num_blocks}}) {
+    const size_t blocks = static_cast<size_t>(this->num_blocks(l));
+    for (auto [arenas, bytes] :
+         {std::pair{&k_arenas_, k_block_bytes_ * blocks}, std::pair{&v_arenas_, v_block_bytes_ * blocks}}) {
       const size_t alignment = arena_alignment(bytes);
       auto* p = static_cast<std::byte*>(::operator new[](bytes, std::align_val_t{alignment}, std::nothrow));
       if (p == nullptr) {
@@ -133,6 +162,47 @@ void KvStorage::check_address(int layer, BlockId block) const {
   KVLM_CHECK(layer >= 0 && layer < layout_.num_layers, "layer {} out of range [0, {})", layer, layout_.num_layers);
   KVLM_CHECK(block.value >= 0 && block.value < num_blocks_, "block {} out of range [0, {})", block.value,
              num_blocks_);
+}
+
+size_t KvStorage::arena_index(int layer, BlockId block, bool assign) {
+  if (!is_local_layer(layer)) return static_cast<size_t>(block.value);
+  return static_cast<size_t>(assign ? local_map_.assign(block.value) : arena_index(layer, block));
+}
+
+size_t KvStorage::arena_index(int layer, BlockId block) const {
+  if (!is_local_layer(layer)) return static_cast<size_t>(block.value);
+  const int32_t slot = local_map_.slot(block.value);
+  KVLM_CHECK(slot >= 0, "block {} holds no slot in local layer {}: it left the window or was never written",
+             block.value, layer);
+  return static_cast<size_t>(slot);
+}
+
+void KvStorage::refuse_local_layers(const char* what) const {
+  KVLM_CHECK(!has_local_layers(), "{} is not supported on a storage with sliding-window layers", what);
+}
+
+void KvStorage::local_block_table(std::span<const int32_t> block_table, int first_block, int count,
+                                  int32_t* out) const {
+  KVLM_CHECK(first_block >= 0 && first_block + count <= static_cast<int>(block_table.size()),
+             "local_block_table: entries [{}, {}) of a {}-block table", first_block, first_block + count,
+             block_table.size());
+  for (int i = 0; i < count; ++i) {
+    const int32_t id = block_table[static_cast<size_t>(first_block + i)];
+    check_address(0, BlockId(id));
+    out[i] = local_map_.slot(id);
+  }
+}
+
+void KvStorage::release_local_blocks_before(std::span<const int32_t> block_table, int first_needed_token) {
+  if (!has_local_layers()) return;
+  const int end = std::min(static_cast<int>(block_table.size()), std::max(0, first_needed_token) / layout_.block_size);
+  for (int b = 0; b < end; ++b) local_map_.release(block_table[static_cast<size_t>(b)]);
+}
+
+int KvStorage::local_blocks_per_sequence(int window, int block_size, int max_step_tokens) {
+  // The step's first query sees window - 1 earlier tokens; the span may straddle one more block.
+  const int64_t span = static_cast<int64_t>(window) - 1 + std::max(1, max_step_tokens);
+  return static_cast<int>((span + block_size - 1) / block_size) + 1;
 }
 
 void KvStorage::write_token(int layer, BlockId block, int slot_in_block, const float* k, const float* v) {
@@ -198,6 +268,12 @@ void KvStorage::write_tokens(int layer, std::span<const int32_t> block_table, in
 }
 
 void KvStorage::release_blocks(std::span<const int32_t> block_ids) {
+  if (has_local_layers()) {
+    for (int32_t id : block_ids) {
+      check_address(0, BlockId(id));
+      local_map_.release(id);
+    }
+  }
   for (Staging* staging : {&k_staging_, &v_staging_}) {
     if (!staging->enabled) continue;
     for (int layer = 0; layer < layout_.num_layers; ++layer) {
@@ -285,20 +361,23 @@ void KvStorage::read_token(int layer, BlockId block, int slot_in_block, float* k
 
 const std::byte* KvStorage::k_block(int layer, BlockId block) const {
   check_address(layer, block);
-  return k_arenas_[static_cast<size_t>(layer)].get() + static_cast<size_t>(block.value) * k_block_bytes_;
+  return k_arenas_[static_cast<size_t>(layer)].get() + arena_index(layer, block) * k_block_bytes_;
 }
 
 const std::byte* KvStorage::v_block(int layer, BlockId block) const {
   check_address(layer, block);
-  return v_arenas_[static_cast<size_t>(layer)].get() + static_cast<size_t>(block.value) * v_block_bytes_;
+  return v_arenas_[static_cast<size_t>(layer)].get() + arena_index(layer, block) * v_block_bytes_;
 }
 
+// Writers: a local layer's block takes its slot here.
 std::byte* KvStorage::mutable_k_block(int layer, BlockId block) {
-  return const_cast<std::byte*>(static_cast<const KvStorage*>(this)->k_block(layer, block));
+  check_address(layer, block);
+  return k_arenas_[static_cast<size_t>(layer)].get() + arena_index(layer, block, true) * k_block_bytes_;
 }
 
 std::byte* KvStorage::mutable_v_block(int layer, BlockId block) {
-  return const_cast<std::byte*>(static_cast<const KvStorage*>(this)->v_block(layer, block));
+  check_address(layer, block);
+  return v_arenas_[static_cast<size_t>(layer)].get() + arena_index(layer, block, true) * v_block_bytes_;
 }
 
 const std::byte* KvStorage::k_arena(int layer) const {
@@ -313,7 +392,7 @@ const std::byte* KvStorage::v_arena(int layer) const {
 
 size_t KvStorage::bytes_per_token() const {
   const size_t bs = static_cast<size_t>(layout_.block_size);
-  return (bytes_per_block() + bs - 1) / bs;
+  return (bytes_per_block() + local_bytes_per_block() + bs - 1) / bs;
 }
 
 // ---- Copies and compaction ----
@@ -380,6 +459,7 @@ void KvStorage::copy_encoded_row(const RoleRef& r, int layer, BlockId src, int s
 }
 
 void KvStorage::copy_block(BlockId src, BlockId dst) {
+  refuse_local_layers("copy_block (a shared block)");
   check_address(0, src);
   check_address(0, dst);
   if (src == dst) return;
@@ -401,6 +481,7 @@ void KvStorage::copy_block(BlockId src, BlockId dst) {
 }
 
 void KvStorage::copy_token(BlockId src_block, int src_slot, BlockId dst_block, int dst_slot) {
+  refuse_local_layers("copy_token (token eviction)");
   check_address(0, src_block);
   check_address(0, dst_block);
   const int bs = layout_.block_size;
@@ -425,6 +506,7 @@ void KvStorage::copy_token(BlockId src_block, int src_slot, BlockId dst_block, i
 }
 
 void KvStorage::compact(std::span<const int32_t> block_table, std::span<const int> kept_tokens) {
+  refuse_local_layers("compact (token eviction)");
   const int bs = layout_.block_size;
   const int64_t capacity = static_cast<int64_t>(block_table.size()) * bs;
   const int num_kept = static_cast<int>(kept_tokens.size());

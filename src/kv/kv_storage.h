@@ -12,6 +12,7 @@
 #include "kv/kv_codec.h"
 #include "kv/kv_layout.h"
 #include "kv/kv_type.h"
+#include "kv/local_block_map.h"
 
 namespace kvlm {
 
@@ -54,6 +55,12 @@ struct KvStorageOptions {
   int kivi_residual_tokens = 0;  // the KIVI residual window, rounded up to whole blocks; ignored for other types
   // Store keys rotated; unset: rotates_keys_by_default(k_type).
   std::optional<bool> rotate_keys = std::nullopt;
+  // Sliding-window (local) layers, [num_layers] 1 = local; empty = none. A local layer keeps only
+  // the blocks inside its window: its arenas have local_num_blocks slots, which a block takes when
+  // first written and gives back when the window has passed it (release_local_blocks_before) or
+  // its sequence ends (release_blocks). See "Sliding-window layers" below.
+  std::vector<uint8_t> local_layers = {};
+  int local_num_blocks = 0;
 };
 
 // int8 and int4 keys (one scale per token, or per group of a token's values) are stored rotated
@@ -66,6 +73,16 @@ constexpr bool rotates_keys_by_default(KvType k_type) {
   return k_type == KvType::kInt8 || k_type == KvType::kInt4;
 }
 
+// Sliding-window layers. Global layers address their arenas by block id; local layers address
+// a smaller arena through a LocalBlockMap shared by all of them, so their memory is the live
+// windows', not the sequences'. Writers and readers still pass block ids (write_token,
+// read_token, k_block); attention over a local layer takes the table of local slots
+// (local_block_table). The owner of the blocks tells the storage when a block has left every
+// window of its sequence (release_local_blocks_before) and when a sequence ends (release_blocks),
+// and sizes local_num_blocks for the sequences and step lengths it runs
+// (local_blocks_per_sequence). Blocks of such a storage are never shared or moved: copy_block,
+// copy_token and compact refuse local layers, and KIVI types (block-wise staging) are refused.
+// Block ids past the window keep their global-layer bytes: only the local layers let go.
 class KvStorage {
  public:
   // Validates the sizes and allocates; an error (never an abort) for bad or absurd sizes
@@ -119,6 +136,23 @@ class KvStorage {
   // The sequence owning these blocks is being freed: their staging buffers go back to the free
   // list unencoded (the contents are dead). No-op for non-KIVI types.
   void release_blocks(std::span<const int32_t> block_ids);
+  // ---- Sliding-window layers (see above) ----
+  bool has_local_layers() const { return !options_.local_layers.empty(); }
+  bool is_local_layer(int layer) const {
+    return has_local_layers() && options_.local_layers[static_cast<size_t>(layer)] != 0;
+  }
+  int num_local_layers() const { return num_local_layers_; }
+  // Entries [first_block, first_block + count) of `block_table` as local slots (-1: none held).
+  void local_block_table(std::span<const int32_t> block_table, int first_block, int count, int32_t* out) const;
+  // A sequence's blocks wholly before token first_needed_token (which no query of it will see
+  // again on a local layer) give their local slots back.
+  void release_local_blocks_before(std::span<const int32_t> block_table, int first_needed_token);
+  int local_blocks_in_use() const { return local_map_.in_use(); }
+  int peak_local_blocks_in_use() const { return local_map_.peak_in_use(); }
+  // The most local slots one sequence holds with a window of `window` tokens when no step is
+  // longer than max_step_tokens: the window and the step, over whole blocks.
+  static int local_blocks_per_sequence(int window, int block_size, int max_step_tokens);
+
   // Bytes of staging buffers allocated now.
   size_t staging_bytes() const;
   // The most staging bytes one sequence holds: (residual_blocks() + 1) blocks ×
@@ -190,12 +224,28 @@ class KvStorage {
 
   // K + V bytes one token takes over all layers: 2 × layers × kv_heads × head_dim ×
   // bytes per value for plain types; for codecs with per-block metadata, the block's
-  // bytes spread over its tokens, rounded up.
+  // bytes spread over its tokens, rounded up. (Local layers hold only their windows' tokens.)
   size_t bytes_per_token() const;
-  // K + V bytes of one block id over all layers.
-  size_t bytes_per_block() const { return (k_block_bytes_ + v_block_bytes_) * static_cast<size_t>(layout_.num_layers); }
-  // Bytes of all arenas together (num_blocks × bytes_per_block()).
-  size_t allocated_bytes() const { return bytes_per_block() * static_cast<size_t>(num_blocks_); }
+  // K + V bytes of one block id over the global layers (all layers without local ones).
+  size_t bytes_per_block() const {
+    return (k_block_bytes_ + v_block_bytes_) * static_cast<size_t>(layout_.num_layers - num_local_layers_);
+  }
+  // K + V bytes of one local slot over the local layers.
+  size_t local_bytes_per_block() const {
+    return (k_block_bytes_ + v_block_bytes_) * static_cast<size_t>(num_local_layers_);
+  }
+  // Bytes of all arenas together.
+  size_t allocated_bytes() const {
+    return bytes_per_block() * static_cast<size_t>(num_blocks_) +
+           local_bytes_per_block() * static_cast<size_t>(local_map_.num_slots());
+  }
+  // Bytes the blocks in use hold: `num_used_blocks` ids in the global layers, and the local slots in use.
+  size_t used_bytes(int num_used_blocks) const {
+    return bytes_per_block() * static_cast<size_t>(num_used_blocks) +
+           local_bytes_per_block() * static_cast<size_t>(local_map_.in_use());
+  }
+  // Blocks the layer's arena holds: num_blocks(), or the local slots of a local layer.
+  int num_blocks(int layer) const { return is_local_layer(layer) ? local_map_.num_slots() : num_blocks_; }
 
   int num_blocks() const { return num_blocks_; }
   const KvLayout& layout() const { return layout_; }
@@ -217,6 +267,11 @@ class KvStorage {
   KvStorage() = default;
   Status init(const KvLayout& layout, KvType k_type, KvType v_type, int num_blocks, const KvStorageOptions& options);
   void check_address(int layer, BlockId block) const;
+  // Where the block lives in the layer's arenas: its id, or (local layers) its local slot,
+  // taken on first use when `assign`.
+  size_t arena_index(int layer, BlockId block, bool assign);
+  size_t arena_index(int layer, BlockId block) const;
+  void refuse_local_layers(const char* what) const;
 
   // One role's (K or V) staging state, for KIVI types only.
   struct Staging {
@@ -258,6 +313,8 @@ class KvStorage {
   std::vector<Arena> k_arenas_;  // [num_layers]
   std::vector<Arena> v_arenas_;  // [num_layers]
   KvStorageOptions options_;
+  int num_local_layers_ = 0;
+  LocalBlockMap local_map_;
   std::vector<float> rotated_key_;  // [num_kv_heads, head_dim] write_token's rotated copy
   Staging k_staging_;
   Staging v_staging_;

@@ -31,10 +31,28 @@ enum class TextNormalization {
 //   gpt-4o (gpt-4o)                                    -> o200k: case-aware words, digits 1..3; none; no
 //   tekken (tekken)                                    -> o200k's words without contractions, single digits; none; no
 //   smollm (smollm, starcoder)                         -> single digits, then GPT-2's; none; no
+//   deepseek-llm (deepseek-llm)     -> each \r/\n, listed cased letters, ASCII/CJK punctuation,
+//                                      trailing spaces, CJK/Hangul runs, single digits; none; no
+//   deepseek-coder (deepseek-coder) -> each \r/\n, \p{L} runs, \p{P} runs, CJK/Hangul runs,
+//                                      single digits; none; no
+//   falcon (falcon)                 -> punctuation runs, GPT-2's, numeric-byte runs, digit
+//                                      triples; none; no
+//   cl100k (dbrx, smaug-bpe, chatglm-bpe)              -> Llama 3's (digits 1..3); none; no
+//   gpt-neox (mpt)                                     -> GPT-2's pattern; NFC; no
+//   stablelm2 (stablelm2)                              -> Llama 3's with single digits; none; no
+//   command-r (command-r)                              -> single digits, then GPT-2's; NFC; no
+//   bloom (bloom)                                      -> " ?" and a run of non-space, non-
+//                                                         sentence-punctuation; none; no
+//
+// A stage usually matches code points; falcon's numeric-byte stage matches bytes (see
+// bpe_pre_tokenizer.cc), so its words may end inside a UTF-8 character.
 //
 // llama3, qwen2 and deepseek-v3 are checked token for token against the models' own
 // encoders (tests/model/tokenizer_reference_test.cc); the others are their tokenizer.json
-// patterns, unchecked by a reference. Any other name is an error, never GPT-2 by default.
+// patterns, unchecked by a reference. Any other name is an error, never GPT-2 by default:
+// among them names that GGUF files do carry but whose tokenizer.json rule is not known here
+// for certain (jais, refact, codeshell, exaone, minerva-7b, poro-chat, viking, gpt3-finnish,
+// jina-v2-*, chameleon, kimi-k2).
 class BpePreTokenizer {
  public:
   // The type `gguf_pre` names. "" (files from converters older than the field) is GPT-2,

@@ -71,6 +71,13 @@ void LlamaModel::forward_batch(std::span<const SequenceStep> steps, KvStorage& c
              "cache layout {}x{}x{} does not match the model {}x{}x{}", layout.num_layers, layout.num_kv_heads,
              layout.head_dim, c.num_layers, c.num_kv_heads, c.head_dim);
   const int block_size = layout.block_size;
+  // A storage that keeps only the windows of local layers must agree with the model on which they are.
+  if (cache.has_local_layers()) {
+    for (int l = 0; l < c.num_layers; ++l) {
+      KVLM_CHECK(cache.is_local_layer(l) == c.is_local_layer(l), "layer {} is {} in the model but {} in the cache", l,
+                 c.is_local_layer(l) ? "local" : "global", cache.is_local_layer(l) ? "local" : "global");
+    }
+  }
 
   // Token t of the batch: its text position, and its position within the cache when its
   // sequence's sinks are scored with a second rotation (once tokens were evicted).
@@ -96,6 +103,13 @@ void LlamaModel::forward_batch(std::span<const SequenceStep> steps, KvStorage& c
                  first_position + len);
       KVLM_CHECK(step.slot_weights == nullptr || (step.num_weight_queries >= 1 && step.num_weight_queries <= len),
                  "{} weight queries in a step of {} tokens", step.num_weight_queries, len);
+      // Local layers mask by position over slots: without eviction the two are the same.
+      KVLM_CHECK(!c.sliding_window.any() || (first_position == step.num_cached_tokens && !sink_queries &&
+                                             step.slot_weights == nullptr &&
+                                             step.num_sink_tokens == 0 && step.window_begin == 0),
+                 "a model with sliding-window layers runs without token eviction (first position {} at slot {}, "
+                 "{} sinks, window from {})",
+                 first_position, step.num_cached_tokens, step.num_sink_tokens, step.window_begin);
       any_sink_queries = any_sink_queries || sink_queries;
       for (int64_t i = 0; i < len; ++i, ++t) {
         positions_[static_cast<size_t>(t)] = first_position + i;
@@ -124,11 +138,15 @@ void LlamaModel::forward_batch(std::span<const SequenceStep> steps, KvStorage& c
       for (TokenId id : step.tokens) dequantize_weight_row(weights_.token_embd, id, &x_[static_cast<size_t>(t++ * c.dim)]);
     }
   }
+  if (c.embedding_scale != 1.0f) {
+    for (float& value : x_) value *= c.embedding_scale;
+  }
 
-  auto rms_norm_rows = [&](const std::vector<float>& weight) {
+  // out[t] = RMSNorm(in[t]) for every token; in and out may be the same buffer.
+  auto rms_norm_rows = [&](const std::vector<float>& in, const std::vector<float>& weight, std::vector<float>& out) {
     pool.parallel_for(n, 16, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
-        rms_norm(&x_[static_cast<size_t>(t * c.dim)], weight.data(), &xn_[static_cast<size_t>(t * c.dim)], c.dim,
+        rms_norm(&in[static_cast<size_t>(t * c.dim)], weight.data(), &out[static_cast<size_t>(t * c.dim)], c.dim,
                  c.rms_eps);
       }
     });
@@ -136,7 +154,7 @@ void LlamaModel::forward_batch(std::span<const SequenceStep> steps, KvStorage& c
 
   for (int l = 0; l < c.num_layers; ++l) {
     const LlamaLayerWeights& w = weights_.layers[static_cast<size_t>(l)];
-    rms_norm_rows(w.attn_norm);
+    rms_norm_rows(x_, w.attn_norm, xn_);
     matmul(w.wq, xn_.data(), q_.data(), n, pool);
     matmul(w.wk, xn_.data(), k_.data(), n, pool);
     matmul(w.wv, xn_.data(), v_.data(), n, pool);
@@ -144,7 +162,7 @@ void LlamaModel::forward_batch(std::span<const SequenceStep> steps, KvStorage& c
     add_bias(k_.data(), w.bk, n);
     add_bias(v_.data(), w.bv, n);
     if (c.has_qk_norm) {
-      // Each head of q and k is normalized on its own, before RoPE (qwen3).
+      // Each head of q and k is normalized on its own, before RoPE (qwen3, gemma3).
       pool.parallel_for(n, 8, [&](int64_t begin, int64_t end) {
         for (int64_t t = begin; t < end; ++t) {
           float* q = &q_[static_cast<size_t>(t * c.q_dim())];
@@ -164,17 +182,19 @@ void LlamaModel::forward_batch(std::span<const SequenceStep> steps, KvStorage& c
     // Keys are stored already rotated with their position, so cached keys never need work again.
     // (A codec's own rotation of keys and queries, KvStorage::keys_rotated, is the KV side's.)
     if (any_sink_queries) std::copy(q_.begin(), q_.end(), q_sink_.begin());
+    const RopeParams& rope = c.layer_rope(l);
+    const bool local = c.is_local_layer(l);
     pool.parallel_for(n, 8, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
         const Position pos = static_cast<Position>(positions_[static_cast<size_t>(t)]);
         float* q = &q_[static_cast<size_t>(t * c.q_dim())];
         float* k = &k_[static_cast<size_t>(t * c.kv_dim())];
-        rope_apply(c.rope, q, c.num_heads, pos);
-        rope_apply(c.rope, k, c.num_kv_heads, pos);
+        rope_apply(rope, q, c.num_heads, pos);
+        rope_apply(rope, k, c.num_kv_heads, pos);
         const int64_t sink_pos = sink_positions_[static_cast<size_t>(t)];
         if (sink_pos >= 0) {
           float* q_sink = &q_sink_[static_cast<size_t>(t * c.q_dim())];
-          rope_apply(c.rope, q_sink, c.num_heads, static_cast<Position>(sink_pos));
+          rope_apply(rope, q_sink, c.num_heads, static_cast<Position>(sink_pos));
         }
       }
     });
@@ -192,12 +212,23 @@ void LlamaModel::forward_batch(std::span<const SequenceStep> steps, KvStorage& c
       args.layer = l;
       args.block_table = step.block_table.data();
       args.num_table_blocks = static_cast<int>(step.block_table.size());
+      if (local && cache.is_local_layer(l)) {
+        // The local layer's own slots for the blocks its queries see; the earlier ones are gone.
+        const int first_block =
+            std::max<int64_t>(0, step.num_cached_tokens - c.sliding_window.window + 1) / block_size;
+        const int needed = static_cast<int>((num_context + block_size - 1) / block_size);
+        local_table_.assign(step.block_table.size(), -1);
+        cache.local_block_table(step.block_table, first_block, needed - first_block, local_table_.data() + first_block);
+        args.block_table = local_table_.data();
+      }
       args.num_context_tokens = static_cast<int>(num_context);
       args.num_queries = static_cast<int>(len);
       args.num_heads = c.num_heads;
       args.q = &q_[static_cast<size_t>(first * c.q_dim())];
       args.out = &att_[static_cast<size_t>(first * c.q_dim())];
-      args.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+      args.scale = c.attention_scale;
+      // A local layer sees the last `window` positions; positions equal slots here (checked above).
+      args.sliding_window = local ? c.sliding_window.window : 0;
       args.num_sink_tokens = step.num_sink_tokens;
       args.window_begin = step.window_begin;
       args.q_sink = sink_positions_[static_cast<size_t>(first)] >= 0 ? &q_sink_[static_cast<size_t>(first * c.q_dim())]
@@ -209,16 +240,33 @@ void LlamaModel::forward_batch(std::span<const SequenceStep> steps, KvStorage& c
     }
 
     matmul(w.wo, att_.data(), proj_.data(), n, pool);
+    if (c.has_post_norms) rms_norm_rows(proj_, w.post_attn_norm, proj_);
     add_into(x_.data(), proj_.data(), n * c.dim);
 
-    rms_norm_rows(w.ffn_norm);
+    rms_norm_rows(x_, w.ffn_norm, xn_);
     matmul(w.w_gate, xn_.data(), gate_.data(), n, pool);
     matmul(w.w_up, xn_.data(), up_.data(), n, pool);
-    silu_mul(gate_.data(), up_.data(), gate_.data(), n * c.ffn_dim);
+    if (c.ffn_activation == FfnActivation::kGeluTanh) {
+      pool.parallel_for(n, 4, [&](int64_t begin, int64_t end) {
+        const size_t at = static_cast<size_t>(begin * c.ffn_dim);
+        gelu_tanh_mul(&gate_[at], &up_[at], &gate_[at], (end - begin) * c.ffn_dim);
+      });
+    } else {
+      silu_mul(gate_.data(), up_.data(), gate_.data(), n * c.ffn_dim);
+    }
     matmul(w.w_down, gate_.data(), proj_.data(), n, pool);
+    if (c.has_post_norms) rms_norm_rows(proj_, w.post_ffn_norm, proj_);
     add_into(x_.data(), proj_.data(), n * c.dim);
   }
   kv_projections_computed_ += static_cast<uint64_t>(n);
+  // Blocks every later query of a sequence is past, on the local layers, give their slots back.
+  if (cache.has_local_layers()) {
+    for (const SequenceStep& step : steps) {
+      const int64_t num_context = step.num_cached_tokens + static_cast<int64_t>(step.tokens.size());
+      cache.release_local_blocks_before(step.block_table,
+                                        static_cast<int>(num_context - c.sliding_window.window + 1));
+    }
+  }
 
   // The rows whose logits are wanted, packed at the front of xn_.
   int64_t row = 0;

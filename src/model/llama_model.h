@@ -103,6 +103,7 @@ class LlamaModel {
   std::vector<float> proj_;     // [n, dim]
   std::vector<float> gate_;     // [n, ffn_dim]
   std::vector<float> up_;       // [n, ffn_dim]
+  std::vector<int32_t> local_table_;     // a sequence's block table as a local layer's slots
   std::vector<int64_t> positions_;       // [n] each token's text position (RoPE)
   std::vector<int64_t> sink_positions_;  // [n] its position within the cache, -1 = no second rotation
 };

@@ -104,6 +104,10 @@ Result<LlamaWeights> LlamaWeights::bind(const GgufFile& file, const ModelConfig&
       layer.k_norm = b.vector(names::blk(l, names::kAttnKNorm), c.head_dim);
     }
     layer.ffn_norm = b.vector(names::blk(l, names::kFfnNorm), c.dim);
+    if (c.has_post_norms) {
+      layer.post_attn_norm = b.vector(names::blk(l, names::kAttnPostNorm), c.dim);
+      layer.post_ffn_norm = b.vector(names::blk(l, names::kFfnPostNorm), c.dim);
+    }
     layer.w_gate = b.matrix(names::blk(l, names::kFfnGate), c.ffn_dim, c.dim);
     layer.w_up = b.matrix(names::blk(l, names::kFfnUp), c.ffn_dim, c.dim);
     layer.w_down = b.matrix(names::blk(l, names::kFfnDown), c.dim, c.ffn_dim);

@@ -20,9 +20,11 @@ struct LlamaLayerWeights {
   std::vector<float> bq;         // [q_dim]   qwen2 only, else empty
   std::vector<float> bk;         // [kv_dim]
   std::vector<float> bv;         // [kv_dim]
-  std::vector<float> q_norm;     // [head_dim] qwen3: RMSNorm of each query head, else empty
+  std::vector<float> q_norm;     // [head_dim] qwen3, gemma3: RMSNorm of each query head, else empty
   std::vector<float> k_norm;     // [head_dim] the same for each key head
+  std::vector<float> post_attn_norm;  // [dim] gemma3: RMSNorm of the attention output, else empty
   std::vector<float> ffn_norm;   // [dim]
+  std::vector<float> post_ffn_norm;   // [dim] gemma3: RMSNorm of the FFN output, else empty
   WeightMatrix w_gate;           // [ffn_dim, dim]
   WeightMatrix w_up;             // [ffn_dim, dim]
   WeightMatrix w_down;           // [dim, ffn_dim]

@@ -1,6 +1,7 @@
 #include "model/model_config.h"
 
 #include <array>
+#include <cmath>
 #include <string_view>
 
 #include "gguf/gguf_file.h"
@@ -13,7 +14,16 @@ namespace names = llama_names;
 
 // Architectures that share the llama block; qwen2 adds Q/K/V biases and NeoX-style RoPE,
 // qwen3 drops the biases for a per-head RMSNorm of q and k.
-constexpr std::array<std::string_view, 4> kSupportedArchitectures = {"llama", "mistral", "qwen2", "qwen3"};
+// gemma3 adds q/k norms too, post-norms, GELU, a scaled embedding and sliding-window layers.
+constexpr std::array<std::string_view, 5> kSupportedArchitectures = {"llama", "mistral", "qwen2", "qwen3", "gemma3"};
+
+// Gemma 3's query_pre_attn_scalar is not in its GGUF files: it is head_dim for every size
+// but 27B (62 layers), whose 168 = dim / heads (5376 / 32), the rule llama.cpp applies too.
+float gemma3_attention_scale(const ModelConfig& c) {
+  constexpr int kGemma3_27bLayers = 62;
+  const double scalar = c.num_layers == kGemma3_27bLayers ? static_cast<double>(c.dim) / c.num_heads : c.head_dim;
+  return static_cast<float>(1.0 / std::sqrt(scalar));
+}
 
 // Reads a positive integer hyper-parameter "<arch>.<suffix>" bounded by `max`.
 Result<int> read_dimension(const GgufFile& file, const std::string& arch, const char* suffix, int64_t max) {
@@ -40,7 +50,7 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& file) {
   bool supported = false;
   for (std::string_view a : kSupportedArchitectures) supported |= (a == c.architecture);
   if (!supported) {
-    return Status::errorf("{}: architecture '{}' is not supported (supported: llama, mistral, qwen2, qwen3)", file.name(),
+    return Status::errorf("{}: architecture '{}' is not supported (supported: llama, mistral, qwen2, qwen3, gemma3)", file.name(),
                           c.architecture);
   }
   if (auto name = file.get_string(names::kName); name.ok()) c.name = *name;
@@ -85,13 +95,36 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& file) {
     KVLM_ASSIGN_OR_RETURN(rotary_dim, read_dimension(file, arch, names::kRopeDimensionCount, c.head_dim));
     if (rotary_dim % 2 != 0) return Status::errorf("{}: rope.dimension_count must be even", file.name());
   }
-  const RopeStyle style = arch == "qwen2" || arch == "qwen3" ? RopeStyle::kNeox : RopeStyle::kNormal;
+  const bool gemma3 = arch == "gemma3";
+  const RopeStyle style = arch == "qwen2" || arch == "qwen3" || gemma3 ? RopeStyle::kNeox : RopeStyle::kNormal;
   KVLM_ASSIGN_OR_RETURN(RopeConfig rope, read_rope_config(file, arch, c.head_dim, rotary_dim, style));
   c.rope = std::move(rope.params);
   c.rope_scaling = rope.scaling;
   c.rope_scaling_factor = rope.scaling_factor;
   c.has_qkv_bias = file.find_tensor(names::blk(0, names::kAttnQBias)) != nullptr;
-  c.has_qk_norm = arch == "qwen3";
+  c.has_qk_norm = arch == "qwen3" || gemma3;
+  c.attention_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
+  KVLM_ASSIGN_OR_RETURN(c.sliding_window, read_sliding_window(file, arch, c.num_layers));
+  if (gemma3) {
+    c.embedding_scale = std::sqrt(static_cast<float>(c.dim));
+    c.has_post_norms = true;
+    c.ffn_activation = FfnActivation::kGeluTanh;
+    c.attention_scale = gemma3_attention_scale(c);
+    // Local layers rotate with their own base (10,000 unless the file says) and no scaling.
+    c.local_rope = RopeParams{};
+    c.local_rope.head_dim = c.head_dim;
+    c.local_rope.rotary_dim = rotary_dim;
+    c.local_rope.style = style;
+    c.local_rope.freq_base = 10000.0f;
+    if (const GgufValue* base = file.find(names::key(arch, names::kRopeFreqBaseSwa)); base != nullptr) {
+      const std::optional<double> b = base->as_float();
+      if (!b || !(*b > 0.0) || !std::isfinite(*b)) {
+        return Status::errorf("{}: metadata '{}' = {} must be a positive number", file.name(),
+                              names::key(arch, names::kRopeFreqBaseSwa), base->to_display_string());
+      }
+      c.local_rope.freq_base = static_cast<float>(*b);
+    }
+  }
   c.tied_output = file.find_tensor(names::kOutput) == nullptr;
 
   const GgufTensorInfo* embd = file.find_tensor(names::kTokenEmbd);

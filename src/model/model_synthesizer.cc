@@ -53,6 +53,11 @@ SynthShape llama3_scaled(SynthShape s, float factor) {
   return s;
 }
 
+SynthShape gemma3_window(SynthShape s, int window) {
+  s.sliding_window = window;
+  return s;
+}
+
 const std::vector<NamedPreset>& presets() {
   static const std::vector<NamedPreset> kPresets = {
       // Real models' shapes (weights are random): the memory and speed of the real thing.
@@ -68,6 +73,13 @@ const std::vector<NamedPreset>& presets() {
       {"qwen2-tiny", make_shape("qwen2", 2, 64, 4, 2, 16, 128, 512, 256, 1000000.0f, 1e-6f, true, true)},
       {"qwen3-tiny", make_shape("qwen3", 2, 64, 4, 2, 32, 128, 512, 256, 1000000.0f, 1e-6f, true, false)},
       {"qwen3-0.6b", make_shape("qwen3", 28, 1024, 16, 8, 128, 3072, 151936, 40960, 1000000.0f, 1e-6f, true, false)},
+      // Gemma 3: 6 layers so one is global (layer 5); a window of 24 crosses 16-token blocks.
+      {"gemma3-tiny", gemma3_window(make_shape("gemma3", 6, 64, 4, 2, 32, 128, 512, 256, 1000000.0f, 1e-6f, true,
+                                               false),
+                                    24)},
+      {"gemma-3-1b", gemma3_window(make_shape("gemma3", 26, 1152, 4, 1, 256, 6912, 262144, 32768, 1000000.0f, 1e-6f,
+                                              true, false),
+                                   512)},
   };
   return kPresets;
 }
@@ -192,14 +204,29 @@ int64_t SynthShape::num_parameters() const {
                             + d * q_dim() + 2 * d * kv_dim() + q_dim() * d  // q, k, v, output
                             + 3 * d * ffn_dim                              // gate, up, down
                             + (qkv_bias ? q_dim() + 2 * kv_dim() : 0)
-                            + (architecture == "qwen3" ? 2 * head_dim : 0);
+                            + (architecture == "qwen3" || architecture == "gemma3" ? 2 * head_dim : 0)
+                            + (architecture == "gemma3" ? 2 * d : 0);  // post-norms
   const bool freqs_tensor = rope_scaling.type == "llama3";
   return int64_t{vocab_size} * d * (tied_output ? 1 : 2) + d + per_layer * num_layers + (freqs_tensor ? head_dim / 2 : 0);
 }
 
 Status SynthShape::validate() const {
-  if (architecture != "llama" && architecture != "qwen2" && architecture != "qwen3") {
-    return Status::errorf("synth shape: architecture '{}' is not supported (llama, qwen2, qwen3)", architecture);
+  if (architecture != "llama" && architecture != "qwen2" && architecture != "qwen3" && architecture != "gemma3") {
+    return Status::errorf("synth shape: architecture '{}' is not supported (llama, qwen2, qwen3, gemma3)",
+                          architecture);
+  }
+  if (architecture == "gemma3" && sliding_window <= 0) {
+    return Status::errorf("synth shape: gemma3 needs a sliding window (got {})", sliding_window);
+  }
+  if (architecture != "gemma3" && (sliding_window != 0 || sliding_window_period != 0)) {
+    return Status::errorf("synth shape: a sliding window is a gemma3 feature, not {}'s", architecture);
+  }
+  if (sliding_window_period < 0 || sliding_window_period > num_layers + 1) {
+    return Status::errorf("synth shape: sliding_window_period = {} is out of range [0, {}]", sliding_window_period,
+                          num_layers + 1);
+  }
+  if (!(rope_freq_base_swa > 0.0f) || !std::isfinite(rope_freq_base_swa)) {
+    return Status::errorf("synth shape: rope_freq_base_swa = {} must be positive and finite", rope_freq_base_swa);
   }
   const SynthRopeScaling& r = rope_scaling;
   if (r.type != "none" && r.type != "linear" && r.type != "yarn" && r.type != "llama3" && r.type != "llama3-metadata") {
@@ -293,6 +320,13 @@ Status synthesize_model(const SynthOptions& options) {
     w.set_f32(names::key(arch, names::kRopeLowFreqFactor), rs.low_freq_factor);
     w.set_f32(names::key(arch, names::kRopeHighFreqFactor), rs.high_freq_factor);
   }
+  if (arch == "gemma3") {
+    w.set_u32(names::key(arch, names::kSlidingWindow), static_cast<uint32_t>(s.sliding_window));
+    if (s.sliding_window_period > 0) {
+      w.set_u32(names::key(arch, names::kSlidingWindowPattern), static_cast<uint32_t>(s.sliding_window_period));
+    }
+    w.set_f32(names::key(arch, names::kRopeFreqBaseSwa), s.rope_freq_base_swa);
+  }
   add_spm_vocab_metadata(w, vocab);
 
   ThreadPool pool(options.num_threads > 0 ? options.num_threads : ThreadPool::default_num_threads());
@@ -321,15 +355,17 @@ Status synthesize_model(const SynthOptions& options) {
       gen.vector(names::blk(l, names::kAttnKBias), s.kv_dim(), bias);
       gen.vector(names::blk(l, names::kAttnVBias), s.kv_dim(), bias);
     }
-    if (arch == "qwen3") {
+    if (arch == "qwen3" || arch == "gemma3") {
       gen.vector(names::blk(l, names::kAttnQNorm), s.head_dim, norm);
       gen.vector(names::blk(l, names::kAttnKNorm), s.head_dim, norm);
     }
     gen.matrix(names::blk(l, names::kAttnOutput), s.dim, s.q_dim(), {0.0f, residual_std(s.q_dim())});
+    if (arch == "gemma3") gen.vector(names::blk(l, names::kAttnPostNorm), s.dim, norm);
     gen.vector(names::blk(l, names::kFfnNorm), s.dim, norm);
     gen.matrix(names::blk(l, names::kFfnGate), s.ffn_dim, s.dim, {0.0f, fan_in_std(s.dim)});
     gen.matrix(names::blk(l, names::kFfnUp), s.ffn_dim, s.dim, {0.0f, fan_in_std(s.dim)});
     gen.matrix(names::blk(l, names::kFfnDown), s.dim, s.ffn_dim, {0.0f, residual_std(s.ffn_dim)});
+    if (arch == "gemma3") gen.vector(names::blk(l, names::kFfnPostNorm), s.dim, norm);
   }
   return w.write(options.out_path);
 }

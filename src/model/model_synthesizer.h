@@ -22,7 +22,8 @@ struct SynthRopeScaling {
 };
 
 struct SynthShape {
-  std::string architecture = "llama";  // "llama", "qwen2" (NeoX RoPE, q/k/v biases) or "qwen3" (q/k norms)
+  std::string architecture = "llama";  // "llama", "qwen2" (NeoX RoPE, q/k/v biases), "qwen3" (q/k norms) or
+                                       // "gemma3" (q/k norms, post-norms, GELU, sliding-window layers)
   int num_layers = 0;
   int dim = 0;
   int num_heads = 0;
@@ -36,6 +37,12 @@ struct SynthShape {
   bool tied_output = true;             // no output.weight: the classifier is token_embd
   bool qkv_bias = false;               // attn_{q,k,v}.bias tensors, as qwen2 has
   SynthRopeScaling rope_scaling;
+  // gemma3: attention.sliding_window (required), and the local layers' period written as
+  // attention.sliding_window_pattern (0: the key is left out, so readers apply Gemma 3's
+  // default of 6); rope.freq_base_swa for the local layers.
+  int sliding_window = 0;
+  int sliding_window_period = 0;
+  float rope_freq_base_swa = 10000.0f;
 
   int q_dim() const { return num_heads * head_dim; }
   int kv_dim() const { return num_kv_heads * head_dim; }
@@ -64,7 +71,7 @@ std::vector<std::string> synth_preset_names();
 //   attn_q/k/v, ffn_gate/up uniform, std 1/sqrt(fan_in)
 //   attn_output, ffn_down   uniform, std 1/sqrt(fan_in * 2 * num_layers)  (residual stream stays ~1)
 //   norms                   1 + uniform noise of std 0.02;  biases  uniform, std 0.1
-//   qwen3's q/k norms       as norms
+//   qwen3's and gemma3's q/k norms, gemma3's post-norms   as norms
 // Tensors are generated row by row at write time, in parallel, so large models never sit in memory.
 Status synthesize_model(const SynthOptions& options);
 

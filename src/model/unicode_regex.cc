@@ -31,17 +31,18 @@ struct UnicodeRegex::Compiled {
   }
 };
 
-UnicodeRegex::UnicodeRegex(std::string pattern, std::unique_ptr<Compiled> compiled)
-    : pattern_(std::move(pattern)), compiled_(std::move(compiled)) {}
+UnicodeRegex::UnicodeRegex(std::string pattern, RegexUnit unit, std::unique_ptr<Compiled> compiled)
+    : pattern_(std::move(pattern)), unit_(unit), compiled_(std::move(compiled)) {}
 UnicodeRegex::UnicodeRegex(UnicodeRegex&&) noexcept = default;
 UnicodeRegex& UnicodeRegex::operator=(UnicodeRegex&&) noexcept = default;
 UnicodeRegex::~UnicodeRegex() = default;
 
-Result<UnicodeRegex> UnicodeRegex::compile(std::string pattern) {
+Result<UnicodeRegex> UnicodeRegex::compile(std::string pattern, RegexUnit unit) {
   int error_code = 0;
   PCRE2_SIZE error_offset = 0;
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                                   PCRE2_UTF | PCRE2_UCP, &error_code, &error_offset, nullptr);
+  const uint32_t options = unit == RegexUnit::kCodePoint ? (PCRE2_UTF | PCRE2_UCP) : 0;
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options,
+                                   &error_code, &error_offset, nullptr);
   if (code == nullptr) {
     std::array<PCRE2_UCHAR, 256> message{};
     pcre2_get_error_message(error_code, message.data(), message.size());
@@ -52,15 +53,16 @@ Result<UnicodeRegex> UnicodeRegex::compile(std::string pattern) {
   compiled->code = code;
   // JIT is an optimization only: without it (unsupported CPU/build) the interpreter runs.
   compiled->jit = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
-  return UnicodeRegex(std::move(pattern), std::move(compiled));
+  return UnicodeRegex(std::move(pattern), unit, std::move(compiled));
 }
 
 void UnicodeRegex::split(std::string_view text, std::vector<std::string_view>* pieces) const {
   if (text.empty()) return;
   // PCRE2 in UTF mode rejects invalid UTF-8, so match over a copy with stand-ins.
+  const bool utf = unit_ == RegexUnit::kCodePoint;
   std::string sanitized;
   std::string_view subject = text;
-  if (!is_valid_utf8(text)) {
+  if (utf && !is_valid_utf8(text)) {
     sanitized.assign(text);
     for (size_t pos = 0; pos < sanitized.size();) {
       const size_t length = utf8_sequence_length(sanitized, pos);
@@ -81,8 +83,8 @@ void UnicodeRegex::split(std::string_view text, std::vector<std::string_view>* p
   const auto* subject_ptr = reinterpret_cast<PCRE2_SPTR>(subject.data());
   size_t offset = 0;
   while (offset < subject.size()) {
-    int rc = pcre2_match(compiled_->code, subject_ptr, subject.size(), offset, PCRE2_NO_UTF_CHECK, match_data,
-                         context);
+    int rc = pcre2_match(compiled_->code, subject_ptr, subject.size(), offset, utf ? PCRE2_NO_UTF_CHECK : 0,
+                         match_data, context);
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT && jit_stack == nullptr) {
       // Rare (very long runs): retry this match with a bigger JIT stack.
       context = pcre2_match_context_create(nullptr);
@@ -100,9 +102,9 @@ void UnicodeRegex::split(std::string_view text, std::vector<std::string_view>* p
     size_t end = ovector[1];
     if (start > offset) pieces->push_back(text.substr(offset, start - offset));  // unmatched gap
     if (end == start) {
-      // An empty match would loop forever; take one character instead.
+      // An empty match would loop forever; take one unit instead.
       if (start >= subject.size()) break;
-      const size_t length = utf8_sequence_length(subject, start);
+      const size_t length = utf ? utf8_sequence_length(subject, start) : 1;
       end = start + (length == 0 ? 1 : length);
       if (end > subject.size()) end = subject.size();
     }

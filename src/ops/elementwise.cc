@@ -169,6 +169,15 @@ double rope_magnitude(const RopeParams& p) {
   return p.yarn.attn_factor * (1.0 + 0.1 * std::log(1.0 / p.freq_scale));
 }
 
+// Scalar on every ISA: a few tanh per FFN value, next to the matmuls' thousands of MACs.
+void gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t n) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = gate[i];
+    out[i] = 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x))) * up[i];
+  }
+}
+
 void rope_apply(const RopeParams& params, float* x, int num_heads, Position pos) {
   KVLM_CHECK(params.rotary_dim > 0 && params.rotary_dim % 2 == 0 && params.rotary_dim <= params.head_dim,
              "rope: rotary_dim {} must be even and in (0, head_dim={}]", params.rotary_dim, params.head_dim);

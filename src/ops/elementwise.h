@@ -16,6 +16,9 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t n);
 
 // In-place, numerically stable softmax over n values.
 void softmax(float* x, int64_t n);
+// out[i] = gelu(gate[i]) * up[i], GELU in its tanh form 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+// (gemma). out may alias gate.
+void gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t n);
 
 // How a head's dimensions are paired for rotation.
 enum class RopeStyle {

@@ -27,16 +27,21 @@ constexpr int64_t kActivationBytesPerChunk = 384 << 10;
 // through the decoded-block kernels.
 bool is_classic_quantized(GgmlType type) { return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0; }
 
-bool has_min(GgmlType type) { return type == GgmlType::kQ4_1 || type == GgmlType::kQ5_1; }
+// Types whose kernels need Σq of each activation block: a min (Q4_1, Q5_1), or codes stored
+// with an offset that the kernel takes out afterwards (Q5_0, +16).
+bool needs_block_sums(GgmlType type) {
+  return type == GgmlType::kQ4_1 || type == GgmlType::kQ5_1 || type == GgmlType::kQ5_0;
+}
 
 std::atomic<uint64_t> g_kernel_runs[3];
 
-MatmulRowsFn decoded_rows_fn(Isa isa) {
+MatmulRowsFn decoded_rows_fn(Isa isa, ActivationFormat format) {
+  const bool super = format == ActivationFormat::kSuperBlocks;
   switch (isa) {
     case Isa::kAvx2:
-      return matmul_rows_decoded_avx2;
+      return super ? matmul_rows_super_avx2 : matmul_rows_decoded_avx2;
     case Isa::kAvx512:
-      return matmul_rows_decoded_avx512;
+      return super ? matmul_rows_super_avx512 : matmul_rows_decoded_avx512;
     case Isa::kPortable:
       break;
   }
@@ -248,7 +253,7 @@ void matmul_with_isa(Isa isa, const WeightMatrix& w, const float* x, float* y, i
     xq = scratch_activations().view(num_tokens, num_blocks);
     const int32_t offset = is_classic_quantized(w.type) ? activation_bias_offset(isa, w.type) : 0;
     const QuantizeActivationsFn quantize = quantize_fn(isa);
-    const bool sums = has_min(w.type);
+    const bool sums = needs_block_sums(w.type);
     pool.parallel_for(num_tokens, std::max<int64_t>(1, 4096 / w.cols), [&](int64_t begin, int64_t end) {
       quantize(x, w.cols, begin, end, offset, xq);
       for (int64_t i = begin * num_blocks; sums && i < end * num_blocks; ++i) {
@@ -284,7 +289,7 @@ void matmul_with_isa(Isa isa, const WeightMatrix& w, const float* x, float* y, i
   const int64_t macs_per_row_group = kRowGroup * w.cols * num_tokens;
   const int64_t min_row_groups = std::max<int64_t>(1, (kMinMacsPerChunk + macs_per_row_group - 1) / macs_per_row_group);
   const MatmulRowsFn rows =
-      format == ActivationFormat::kNone || is_classic_quantized(w.type) ? rows_fn(isa) : decoded_rows_fn(isa);
+      format == ActivationFormat::kNone || is_classic_quantized(w.type) ? rows_fn(isa) : decoded_rows_fn(isa, format);
   const MatmulRowsFn groups = num_groups > 0 ? matmul_token_groups_avx512 : nullptr;
   pool.parallel_for(num_row_groups, min_row_groups, [&](int64_t begin, int64_t end) {
     const int64_t row_begin = begin * kRowGroup;

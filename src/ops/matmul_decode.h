@@ -1,6 +1,7 @@
 // Internal to ops/: weight blocks of the types added after Q8_0 / Q4_0, decoded into int8
-// values and integer sub-block scales, and the row kernel every ISA runs over them with its
-// own integer dot products (matmul_decoded_<isa>.cc).
+// values and integer sub-block scales, and the portable row kernel over them
+// (matmul_decoded_portable.cc): the readable reference the fused AVX2 / AVX-512 kernels
+// (matmul_decode_avx2.h, matmul_super_<isa>.cc) must agree with.
 //
 // A 32-element block (Q4_1, Q5_0, Q5_1, IQ4_NL) is value = d·v + m with v int8.
 // A 256-element super-block (Q2_K .. Q6_K, IQ4_XS) is value = d·k[s]·v - dmin·mn[s] for the

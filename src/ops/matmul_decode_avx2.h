@@ -1,18 +1,29 @@
-// Internal to ops/: AVX2 decoders of the weight blocks in matmul_decode.h, producing exactly
-// what decode_block32 / decode_super produce (tests compare every ISA against the reference).
+// Internal to ops/: the fused kernel for the 32-element block types added after Q8_0 / Q4_0
+// (Q4_1, Q5_0, Q5_1, IQ4_NL) on AVX2 and AVX-512: each block is decoded into one register and
+// dotted with the int8 activations of every token of a rows × tokens tile, never through memory.
+// The ISA's file supplies the integer dot (Dot::dot_unsigned: Σ u·a over 4-element lanes,
+// u unsigned ≤ 31; Dot::dot_signed: the same for signed v, |v| ≤ 127).
 // Included only by files compiled with AVX2 (matmul_decoded_avx2.cc, matmul_decoded_avx512.cc);
 // unnamed namespace for the same reason as matmul_decode.h.
 #pragma once
 
 #include <immintrin.h>
 
+#include "core/check.h"
 #include "ops/matmul_decode.h"
 
 namespace kvlm::ops_internal {
 namespace {
 
-inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+
+// F16C conversion (exact, as fp16_to_fp32): one instruction, where the portable bit
+// manipulation cost more than the block's dot for 32-element blocks.
+inline float half_f16c(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
 
 // 16 bytes of nibbles → 32 bytes: low nibbles (elements 0-15), then high nibbles (16-31).
 inline __m256i nibbles_to_bytes(__m128i packed) {
@@ -20,177 +31,132 @@ inline __m256i nibbles_to_bytes(__m128i packed) {
   return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), mask), _mm_and_si128(packed, mask));
 }
 
-// 32 bits (little-endian u32) → 32 bytes of 0 or `value`: byte i is `value` when bit i is set.
-inline __m256i bits_to_bytes(uint32_t bits, int8_t value) {
+// 32 bits (little-endian u32 at p) → 32 bytes of 0 or 16: byte i is 16 when bit i is set.
+inline __m256i bits_to_sixteens(const uint8_t* p) {
+  uint32_t bits;
+  std::memcpy(&bits, p, 4);
   const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int32_t>(bits)),
                                              _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2,
                                                               2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
   const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
   const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
-  return _mm256_and_si256(set, _mm256_set1_epi8(value));
+  return _mm256_and_si256(set, _mm256_set1_epi8(16));
 }
 
-// Σ_s mn[s]·bsums[s] with one vpmaddwd (|mn| ≤ 63, |bsums| ≤ 2032).
-inline int32_t min_dot_avx2(const DecodedSuper& blk, const int16_t* bsums) {
-  const __m256i p = _mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(blk.mn)), load256(bsums));
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
-  return _mm_cvtsi128_si32(s);
-}
-
-inline __m256i iq4_lookup(__m256i idx) {
-  const __m128i grid = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values));
-  return _mm256_shuffle_epi8(_mm256_set_m128i(grid, grid), idx);
-}
-
-inline void decode_block32_avx2(GgmlType type, const uint8_t* b, Decoded32& out) {
-  uint32_t qh;
+// One block in registers: value = d·v + m, with v unsigned codes (kSigned false) or signed.
+struct Block32 {
   __m256i v;
-  switch (type) {
-    case GgmlType::kQ4_1:
-      out.d = half_to_float(b);
-      out.m = half_to_float(b + 2);
-      v = nibbles_to_bytes(load128(b + 4));
-      break;
-    case GgmlType::kQ5_0:
-      out.d = half_to_float(b);
-      out.m = 0.0f;
-      std::memcpy(&qh, b + 2, 4);
-      v = _mm256_sub_epi8(_mm256_or_si256(nibbles_to_bytes(load128(b + 6)), bits_to_bytes(qh, 16)), _mm256_set1_epi8(16));
-      break;
-    case GgmlType::kQ5_1:
-      out.d = half_to_float(b);
-      out.m = half_to_float(b + 2);
-      std::memcpy(&qh, b + 4, 4);
-      v = _mm256_or_si256(nibbles_to_bytes(load128(b + 8)), bits_to_bytes(qh, 16));
-      break;
-    case GgmlType::kIQ4_NL:
-      out.d = half_to_float(b);
-      out.m = 0.0f;
-      v = iq4_lookup(nibbles_to_bytes(load128(b + 2)));
-      break;
-    default:
-      return decode_block32(type, b, out);
+  float d;
+  float m;  // the block's constant term: its min (Q4_1, Q5_1), -16·d (Q5_0: codes stored +16)
+};
+
+template <GgmlType kType>
+inline Block32 decode_block32_regs(const uint8_t* b) {
+  Block32 out;
+  out.d = half_f16c(b);
+  if constexpr (kType == GgmlType::kQ4_1) {
+    out.m = half_f16c(b + 2);
+    out.v = nibbles_to_bytes(load128(b + 4));
+  } else if constexpr (kType == GgmlType::kQ5_0) {
+    out.m = -16.0f * out.d;
+    out.v = _mm256_or_si256(nibbles_to_bytes(load128(b + 6)), bits_to_sixteens(b + 2));
+  } else if constexpr (kType == GgmlType::kQ5_1) {
+    out.m = half_f16c(b + 2);
+    out.v = _mm256_or_si256(nibbles_to_bytes(load128(b + 8)), bits_to_sixteens(b + 4));
+  } else {
+    static_assert(kType == GgmlType::kIQ4_NL);
+    out.m = 0.0f;
+    const __m128i grid = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values));
+    out.v = _mm256_shuffle_epi8(_mm256_set_m128i(grid, grid), nibbles_to_bytes(load128(b + 2)));
   }
-  _mm256_store_si256(reinterpret_cast<__m256i*>(out.v), v);
+  return out;
 }
 
-inline void store_v(DecodedSuper& out, int at, __m256i v) {
-  _mm256_store_si256(reinterpret_cast<__m256i*>(out.v + at), v);
+inline float hsum_ps(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
 }
 
-inline void decode_super_avx2(GgmlType type, const uint8_t* b, DecodedSuper& out) {
-  out.non_negative = type == GgmlType::kQ2_K || type == GgmlType::kQ4_K || type == GgmlType::kQ5_K;
-  const __m256i m2 = _mm256_set1_epi8(3);
-  const __m256i m4 = _mm256_set1_epi8(15);
-  switch (type) {
-    case GgmlType::kQ2_K: {
-      out.d = half_to_float(b + 80);
-      out.dmin = half_to_float(b + 82);
-      for (int s = 0; s < 16; ++s) {
-        out.k[s] = static_cast<int16_t>(b[s] & 15);
-        out.mn[s] = static_cast<int16_t>(b[s] >> 4);
-      }
-      for (int half = 0; half < 2; ++half) {
-        const __m256i q = load256(b + 16 + 32 * half);
-        for (int j = 0; j < 4; ++j) store_v(out, 128 * half + 32 * j, _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m2));
-      }
-      return;
+// y for rows [r0, r0 + R) × tokens [t0, t0 + T): per block, f32 lanes += d·dx·(int32 lanes of
+// Σ v·a), and a scalar += m·dx·Σa. Every (row, token) runs the same operations whatever R
+// and T are, so tile shapes never change a result.
+template <class Dot, GgmlType kType, int R, int T>
+void block32_tile(const MatmulProblem& p, int64_t r0, int64_t t0) {
+  constexpr bool kSigned = kType == GgmlType::kIQ4_NL;
+  constexpr uint64_t kBytes = kType == GgmlType::kQ4_1   ? sizeof(BlockQ4_1)
+                              : kType == GgmlType::kQ5_0 ? sizeof(BlockQ5_0)
+                              : kType == GgmlType::kQ5_1 ? sizeof(BlockQ5_1)
+                                                         : sizeof(BlockIq4Nl);
+  const WeightMatrix& w = *p.w;
+  const QuantizedActivations& xq = *p.xq;
+  const uint8_t* rows[R];
+  for (int r = 0; r < R; ++r) rows[r] = w.data + static_cast<uint64_t>(r0 + r) * w.row_bytes;
+  const int64_t ahead = 8 * static_cast<int64_t>(w.row_bytes);  // prefetch 8 rows ahead
+  __m256 acc[R][T];
+  float acc_m[R][T];
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < T; ++t) {
+      acc[r][t] = _mm256_setzero_ps();
+      acc_m[r][t] = 0.0f;
     }
-    case GgmlType::kQ3_K: {
-      out.d = half_to_float(b + 108);
-      out.dmin = 0.0f;
-      for (int s = 0; s < 16; ++s) {
-        out.k[s] = static_cast<int16_t>(q3_k_scale(s, b + 96));
-        out.mn[s] = 0;
-      }
-      const __m256i hmask = load256(b);
-      const __m256i four = _mm256_set1_epi8(4);
-      for (int half = 0; half < 2; ++half) {
-        const __m256i q = load256(b + 32 + 32 * half);
-        for (int j = 0; j < 4; ++j) {
-          const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << (4 * half + j)));
-          const __m256i high = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hmask, bit), bit), four);
-          const __m256i low = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m2);
-          store_v(out, 128 * half + 32 * j, _mm256_sub_epi8(_mm256_add_epi8(low, high), four));
-        }
-      }
-      return;
+  }
+  for (int64_t b = 0; b < xq.num_blocks; ++b) {
+    Block32 blk[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* at = rows[r] + b * kBytes;
+      _mm_prefetch(reinterpret_cast<const char*>(at + ahead), _MM_HINT_T0);
+      blk[r] = decode_block32_regs<kType>(at);
     }
-    case GgmlType::kQ4_K:
-    case GgmlType::kQ5_K: {
-      const bool five = type == GgmlType::kQ5_K;
-      out.d = half_to_float(b);
-      out.dmin = half_to_float(b + 2);
-      for (int j = 0; j < 8; ++j) {
-        uint8_t sc, mn;
-        k_scale_min(j, b + 4, &sc, &mn);
-        out.k[2 * j] = out.k[2 * j + 1] = sc;
-        out.mn[2 * j] = out.mn[2 * j + 1] = mn;
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      const int64_t idx = (t0 + t) * xq.num_blocks + b;
+      const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq.qs + idx * 32));
+      const float dx = xq.scales[idx];
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const __m256i dot = kSigned ? Dot::dot_signed(blk[r].v, a) : Dot::dot_unsigned(blk[r].v, a);
+        acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(blk[r].d * dx), acc[r][t]);
+        if constexpr (!kSigned) acc_m[r][t] += blk[r].m * dx * static_cast<float>(xq.sums[idx]);
       }
-      const uint8_t* qs = b + (five ? 48 : 16);
-      const __m256i qh = five ? load256(b + 16) : _mm256_setzero_si256();
-      const __m256i sixteen = _mm256_set1_epi8(16);
-      for (int c = 0; c < 4; ++c) {
-        const __m256i q = load256(qs + 32 * c);
-        __m256i lo = _mm256_and_si256(q, m4);
-        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-        if (five) {
-          const __m256i bit_lo = _mm256_set1_epi8(static_cast<char>(1 << (2 * c)));
-          const __m256i bit_hi = _mm256_set1_epi8(static_cast<char>(1 << (2 * c + 1)));
-          lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit_lo), bit_lo), sixteen));
-          hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit_hi), bit_hi), sixteen));
-        }
-        store_v(out, 64 * c, lo);
-        store_v(out, 64 * c + 32, hi);
-      }
-      return;
     }
-    case GgmlType::kQ6_K: {
-      out.d = half_to_float(b + 208);
-      out.dmin = 0.0f;
-      for (int s = 0; s < 16; ++s) {
-        out.k[s] = static_cast<int8_t>(b[192 + s]);
-        out.mn[s] = 0;
-      }
-      const __m256i bias = _mm256_set1_epi8(32);
-      for (int half = 0; half < 2; ++half) {
-        const __m256i ql0 = load256(b + 64 * half);
-        const __m256i ql1 = load256(b + 64 * half + 32);
-        const __m256i qh = load256(b + 128 + 32 * half);
-        auto high = [&](int shift) { return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, shift), m2), 4); };
-        const int at = 128 * half;
-        store_v(out, at, _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(ql0, m4), high(0)), bias));
-        store_v(out, at + 32, _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(ql1, m4), high(2)), bias));
-        store_v(out, at + 64,
-                _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), high(4)), bias));
-        store_v(out, at + 96,
-                _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), high(6)), bias));
-      }
-      return;
-    }
-    case GgmlType::kIQ4_XS: {
-      out.d = half_to_float(b);
-      out.dmin = 0.0f;
-      uint16_t scales_h;
-      std::memcpy(&scales_h, b + 2, 2);
-      for (int s = 0; s < 8; ++s) {
-        const int ls = (((b[4 + s / 2] >> (4 * (s % 2))) & 15) | ((scales_h >> (2 * s)) & 3) << 4) - 32;
-        out.k[2 * s] = out.k[2 * s + 1] = static_cast<int16_t>(ls);
-        out.mn[2 * s] = out.mn[2 * s + 1] = 0;
-      }
-      for (int s = 0; s < 8; s += 2) {  // 32 bytes: sub-blocks s and s+1
-        const __m256i q = load256(b + 8 + 16 * s);
-        const __m256i lo = _mm256_and_si256(q, m4);
-        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-        store_v(out, 32 * s, iq4_lookup(_mm256_permute2x128_si256(lo, hi, 0x20)));
-        store_v(out, 32 * s + 32, iq4_lookup(_mm256_permute2x128_si256(lo, hi, 0x31)));
-      }
-      return;
-    }
+  }
+  for (int t = 0; t < T; ++t) {
+    for (int r = 0; r < R; ++r) p.y[(t0 + t) * w.rows + r0 + r] = hsum_ps(acc[r][t]) + acc_m[r][t];
+  }
+}
+
+// Full R × T tiles where they fit, then 1-row / 1-token tiles (the same operations per element).
+template <class Dot, GgmlType kType, int R, int T>
+void run_block32_tiles(const MatmulProblem& p, int64_t row_begin, int64_t row_end) {
+  int64_t r = row_begin;
+  for (; r + R <= row_end; r += R) {
+    int64_t t = p.token_begin;
+    for (; t + T <= p.token_end; t += T) block32_tile<Dot, kType, R, T>(p, r, t);
+    for (; t < p.token_end; ++t) block32_tile<Dot, kType, R, 1>(p, r, t);
+  }
+  for (; r < row_end; ++r) {
+    int64_t t = p.token_begin;
+    for (; t + T <= p.token_end; t += T) block32_tile<Dot, kType, 1, T>(p, r, t);
+    for (; t < p.token_end; ++t) block32_tile<Dot, kType, 1, 1>(p, r, t);
+  }
+}
+
+template <class Dot, int R, int T>
+void run_block32(const MatmulProblem& p, int64_t row_begin, int64_t row_end) {
+  switch (p.w->type) {
+    case GgmlType::kQ4_1:
+      return run_block32_tiles<Dot, GgmlType::kQ4_1, R, T>(p, row_begin, row_end);
+    case GgmlType::kQ5_0:
+      return run_block32_tiles<Dot, GgmlType::kQ5_0, R, T>(p, row_begin, row_end);
+    case GgmlType::kQ5_1:
+      return run_block32_tiles<Dot, GgmlType::kQ5_1, R, T>(p, row_begin, row_end);
+    case GgmlType::kIQ4_NL:
+      return run_block32_tiles<Dot, GgmlType::kIQ4_NL, R, T>(p, row_begin, row_end);
     default:
-      return decode_super(type, b, out);
+      KVLM_CHECK(false, "fused 32-element block kernel: weight type {}", ggml_type_name(p.w->type));
   }
 }
 

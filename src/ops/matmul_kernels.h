@@ -22,7 +22,7 @@ struct QuantizedActivations {
   int8_t* qs = nullptr;     // [num_tokens, num_blocks, 32]
   float* scales = nullptr;  // [num_tokens, num_blocks]      d of each block
   int32_t* bias = nullptr;  // [num_tokens, num_blocks, 8]   -bias_offset · (sum of the lane's 4 q)
-  int32_t* sums = nullptr;  // [num_tokens, num_blocks]      Σ q of the block (types with a min: Q4_1, Q5_1)
+  int32_t* sums = nullptr;  // [num_tokens, num_blocks]      Σ q of the block (Q4_1, Q5_1: min; Q5_0: offset)
 
   // Bytes one token takes in the four arrays.
   static int64_t bytes_per_token(int64_t num_blocks) { return num_blocks * (32 + 4 + 8 * 4 + 4); }
@@ -130,12 +130,17 @@ using MatmulRowsFn = void (*)(const MatmulProblem& p, int64_t row_begin, int64_t
 void matmul_rows_portable(const MatmulProblem& p, int64_t row_begin, int64_t row_end);
 void matmul_rows_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_end);
 void matmul_rows_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_end);
-// The types added after Q8_0 / Q4_0 (Q4_1, Q5_x, IQ4_NL, K-quants, IQ4_XS): each weight block is
-// decoded once per row into int8 values and integer sub-block scales (matmul_decode.h), then
-// multiplied with every token of the chunk by the ISA's integer dot products.
+// The types added after Q8_0 / Q4_0 (Q4_1, Q5_x, IQ4_NL, K-quants, IQ4_XS). Portable: each weight
+// block is decoded once per row into int8 values and integer sub-block scales (matmul_decode.h),
+// then multiplied with every token of the chunk. AVX2 / AVX-512 (32-element blocks only): fused
+// kernels that decode each block into a register shared by a rows × tokens tile.
 void matmul_rows_decoded_portable(const MatmulProblem& p, int64_t row_begin, int64_t row_end);
 void matmul_rows_decoded_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_end);
 void matmul_rows_decoded_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_end);
+// The super-block types (K-quants, IQ4_XS) on AVX2 / AVX-512: fused kernels that dot the packed
+// codes in registers with the activations (matmul_super_decode_avx2.h), in rows × tokens tiles.
+void matmul_rows_super_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_end);
+void matmul_rows_super_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_end);
 // Q8_0 / Q4_0 only, on p.xg; about twice the rows kernel's throughput for batches.
 void matmul_token_groups_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_end);
 // How many groups of 16 tokens (the last possibly partial) matmul_with_isa sends to the

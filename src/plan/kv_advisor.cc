@@ -132,16 +132,31 @@ std::string flags_for(const PlanRow& row) {
   return flags;
 }
 
+// "/token" for a model without local layers; with them, the figure at this context and the full cache's.
+std::string per_token(const Plan& plan, const PlanRow& row) {
+  if (!plan.shape.has_local_layers()) return format_bytes(row.footprint.bytes_per_token()) + "/token";
+  return fmt::format("{}/token at {} tokens ({}/token without the sliding window)",
+                     format_bytes(row.bytes_per_token_at_ctx), row.tokens_per_sequence,
+                     format_bytes(row.footprint.bytes_per_token()));
+}
+
+// What one more token adds to a full cache of `tokens`: past the window, only the global layers grow.
+double growth_per_token(const Plan& plan, const PlanRow& row, int64_t tokens) {
+  const ModelShape& s = plan.shape;
+  if (!s.has_local_layers() || tokens < s.sliding_window.window) return row.footprint.bytes_per_token();
+  return row.footprint.bytes_per_token() * s.num_global_layers() / s.num_layers;
+}
+
 // "f16 (lossless, 16.0 bits/value): 512.00 KiB/token, 2.00 GiB for 4096 tokens × 1 sequence, 1.00× the FP16 MHA cache"
 std::string describe(const Plan& plan, const PlanRow& row) {
   const CodecQuality q = row_quality(row);
   std::string text = fmt::format(
-      "{} ({}, {:.2f} bits/value, {:.2g}% rms error on a test block): {}/token, {} for {} {}tokens × {} sequence{}, "
+      "{} ({}, {:.2f} bits/value, {:.2g}% rms error on a test block): {}, {} for {} {}tokens × {} sequence{}, "
       "{:.3f}× the FP16 MHA cache per token",
-      row.option.label, quality_tier_name(q.tier), q.bits_per_value, 100 * q.relative_rms_error,
-      format_bytes(row.footprint.bytes_per_token()), format_bytes(static_cast<double>(row.block_bytes_total)),
-      row.tokens_per_sequence, row.option.evicts() ? "resident " : "", plan.request.batch,
-      plan.request.batch == 1 ? "" : "s", row.ratio_to_baseline);
+      row.option.label, quality_tier_name(q.tier), q.bits_per_value, 100 * q.relative_rms_error, per_token(plan, row),
+      format_bytes(static_cast<double>(row.block_bytes_total)), row.tokens_per_sequence,
+      row.option.evicts() ? "resident " : "", plan.request.batch, plan.request.batch == 1 ? "" : "s",
+      row.ratio_at_ctx);
   if (row.policy_extra_blocks > 0) {
     text += fmt::format(" ({} blocks per sequence, {} of them for {})", row.blocks_per_sequence,
                         row.policy_extra_blocks,
@@ -201,6 +216,16 @@ std::string architecture_note(const Plan& plan) {
                      s.num_heads, gqa_heads,
                      format_bytes(2.0 * s.num_layers * gqa_heads * (s.head_dim + s.v_head_dim)),
                      s.num_heads / gqa_heads, format_bytes(2.0 * s.num_layers * 576));
+}
+
+// Gemma 3-style local layers: what the model's own window already saves, which every option has.
+std::string sliding_window_note(const Plan& plan) {
+  const ModelShape& s = plan.shape;
+  return fmt::format("{} of {} layers are local (sliding window of {} tokens): they keep only the last {} tokens, "
+                     "so at {} tokens a cache holds {:.0f}% of what it would with every layer global; the {} "
+                     "global layers keep every token",
+                     s.num_local_layers(), s.num_layers, s.sliding_window.window, s.sliding_window.window,
+                     plan.request.ctx, 100 * s.kept_fraction(plan.request.ctx), s.num_global_layers());
 }
 
 // Why an evicting option was taken although it forgets tokens.
@@ -266,8 +291,8 @@ void advise_long_chat_full_cache(const Plan& plan, Advice& a) {
   a.reasons.push_back(fmt::format(
       "a full cache grows by {} per token; with {} the chat holds {} per sequence at {} tokens and must be cut or "
       "restarted beyond that",
-      format_bytes(row.footprint.bytes_per_token()), row.option.label,
-      format_bytes(row.footprint.bytes_per_token() * static_cast<double>(row.tokens_per_sequence)),
+      format_bytes(growth_per_token(plan, row, row.tokens_per_sequence)), row.option.label,
+      format_bytes(kv_bytes_for_context(plan.shape, row.footprint, row.tokens_per_sequence)),
       row.tokens_per_sequence));
   a.reasons.push_back(describe(plan, row));
   if (row.fit) a.reasons.push_back(describe_fit(row));
@@ -292,8 +317,8 @@ void advise_long_chat(const Plan& plan, Advice& a) {
       "tokens)",
       row.option.sinks, budget - row.option.sinks, row.option.label, row.blocks_per_sequence,
       format_bytes(static_cast<double>(per_sequence)), budget, kv_type_name(row.option.k_type),
-      format_bytes(row.footprint.bytes_per_token()),
-      format_bytes(row.footprint.bytes_per_token() * static_cast<double>(plan.request.ctx)), plan.request.ctx));
+      format_bytes(growth_per_token(plan, row, plan.request.ctx)),
+      format_bytes(kv_bytes_for_context(plan.shape, row.footprint, plan.request.ctx)), plan.request.ctx));
   a.reasons.push_back(describe(plan, row));
   if (row.fit) a.reasons.push_back(describe_fit(row));
   if (budget <= plan.shape.context_length) {
@@ -395,7 +420,12 @@ int64_t fitting_streaming_budget(const Plan& plan, const PlanRow& row, int64_t c
   const uint64_t per_sequence = row.fit->available_bytes / static_cast<uint64_t>(plan.request.batch);
   const uint64_t staging = row.staging_bytes_per_sequence;
   if (per_sequence <= staging || row.footprint.bytes_per_block == 0) return 0;
-  const int64_t blocks = static_cast<int64_t>((per_sequence - staging) / row.footprint.bytes_per_block) -
+  const ModelShape& shape = plan.shape;
+  const int64_t local_cap = shape.has_local_layers() ? local_layer_block_cap(plan.request.step_tokens,
+                                                                             shape.sliding_window.window,
+                                                                             plan.request.block_size)
+                                                     : 0;
+  const int64_t blocks = max_global_blocks(shape, row.footprint, per_sequence - staging, local_cap) -
                          evicted_slot_blocks("streaming");
   const int64_t budget = std::min(cap, blocks * plan.request.block_size);
   return budget >= kMinAdviceBudget ? budget : 0;
@@ -558,6 +588,7 @@ Result<Advice> advise(const Plan& plan, Scenario scenario) {
       advise_concurrency(plan, a);
       break;
   }
+  if (plan.shape.has_local_layers()) a.reasons.push_back(sliding_window_note(plan));
   if (a.chosen_row) {
     const PlanRow& row = plan.rows[*a.chosen_row];
     a.recommendation = fmt::format("{} ({}{}, block size {})", flags_for(row), row.option.label,

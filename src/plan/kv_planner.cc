@@ -1,10 +1,12 @@
 #include "plan/kv_planner.h"
 
 #include <algorithm>
+#include <cmath>
 #include <iterator>
 
 #include <fmt/format.h>
 
+#include "core/check.h"
 #include "kv/kv_codec.h"
 
 namespace kvlm {
@@ -34,6 +36,9 @@ Status validate_block_size(int block_size) {
 
 constexpr std::string_view kPlanPolicies[] = {"window", "streaming", "h2o", "snapkv"};
 constexpr int64_t kMaxBudget = int64_t{1} << 28;  // validate_eviction_options' bound
+constexpr int64_t kMaxTokens = int64_t{1} << 31;  // the longest ctx and step make_plan accepts
+// The most blocks max_global_blocks answers (a guard: products with block sizes stay in 64 bits).
+constexpr int64_t kMaxAnswerBlocks = int64_t{1} << 31;
 
 }  // namespace
 
@@ -73,6 +78,20 @@ int64_t KvOption::blocks_per_sequence(int64_t ctx, int block_size) const {
   return evicts() && ctx > token_budget ? blocks + evicted_slot_blocks(policy) : blocks;
 }
 
+// Live tokens (window + step − 1) start anywhere in a block, hence the + 1.
+int64_t local_layer_block_cap(int64_t step_tokens, int window, int block_size) {
+  return static_cast<int64_t>(blocks_for(window + step_tokens - 1, block_size)) + 1;
+}
+
+int64_t local_layer_blocks(int64_t tokens, int64_t step_tokens, int window, int block_size) {
+  KVLM_CHECK(tokens >= 0 && step_tokens >= 1 && window >= 1 && block_size >= 1,
+             "local_layer_blocks(tokens {}, step {}, window {}, block size {})", tokens, step_tokens, window,
+             block_size);
+  const int64_t all = static_cast<int64_t>(blocks_for(tokens, block_size));
+  if (tokens <= window + step_tokens - 1) return all;  // nothing has left the window yet
+  return std::min(all, local_layer_block_cap(step_tokens, window, block_size));
+}
+
 Result<KvFootprint> kv_footprint(const ModelShape& shape, KvType k_type, KvType v_type, CacheForm form,
                                  int block_size) {
   KVLM_RETURN_IF_ERROR(validate_model_shape(shape));
@@ -104,6 +123,63 @@ double mha_f16_bytes_per_token(const ModelShape& shape) {
   return static_cast<double>(shape.num_layers) * shape.num_heads * (shape.head_dim + shape.v_head_dim) * 2.0;
 }
 
+double kv_bytes_for_context(const ModelShape& shape, const KvFootprint& footprint, int64_t tokens) {
+  if (!shape.has_local_layers()) return footprint.bytes_per_token() * static_cast<double>(tokens);
+  // One layer's block over its tokens, times the layer-tokens: integers until the one division.
+  return static_cast<double>(footprint.layer_bytes_per_block()) * static_cast<double>(shape.layer_tokens(tokens)) /
+         footprint.block_size;
+}
+
+SequenceBlocks sequence_blocks(const ModelShape& shape, const KvOption& option, int64_t ctx, int64_t step_tokens,
+                               int block_size) {
+  SequenceBlocks blocks;
+  blocks.global = option.blocks_per_sequence(ctx, block_size);
+  if (shape.has_local_layers()) {
+    // A local layer needs the last window + step − 1 positions; eviction keeps slots in position
+    // order, so they are the last slots, and never more than the global layers hold.
+    blocks.local =
+        std::min(blocks.global, local_layer_blocks(ctx, step_tokens, shape.sliding_window.window, block_size));
+  }
+  return blocks;
+}
+
+Result<uint64_t> sequence_block_bytes(const ModelShape& shape, const KvFootprint& footprint, SequenceBlocks blocks) {
+  if (blocks.global < 0 || blocks.local < 0) {
+    return Status::errorf("block counts {} (global) and {} (local) must be >= 0", blocks.global, blocks.local);
+  }
+  const unsigned __int128 layer_blocks =
+      static_cast<unsigned __int128>(blocks.global) * static_cast<unsigned>(shape.num_global_layers()) +
+      static_cast<unsigned __int128>(blocks.local) * static_cast<unsigned>(shape.num_local_layers());
+  const unsigned __int128 bytes = layer_blocks * footprint.layer_bytes_per_block();
+  if (bytes > UINT64_MAX) {
+    return Status::errorf("bytes of a sequence of {} blocks per layer do not fit 64 bits", blocks.global);
+  }
+  return static_cast<uint64_t>(bytes);
+}
+
+int64_t max_global_blocks(const ModelShape& shape, const KvFootprint& footprint, uint64_t bytes,
+                          int64_t local_block_cap) {
+  const uint64_t layer_block = footprint.layer_bytes_per_block();
+  if (layer_block == 0 || shape.num_layers <= 0) return 0;
+  // In one-layer blocks: a sequence of g blocks per global layer costs n·g while g <= cap (every
+  // layer grows), G·g + L·cap after (only the global layers grow).
+  const uint64_t budget = bytes / layer_block;
+  const uint64_t n = static_cast<uint64_t>(shape.num_layers);
+  const uint64_t num_global = static_cast<uint64_t>(shape.num_global_layers());
+  const uint64_t cap = shape.has_local_layers() ? static_cast<uint64_t>(std::max<int64_t>(local_block_cap, 0))
+                                                : UINT64_MAX;
+  uint64_t g = 0;
+  if (budget / n <= cap) {
+    g = budget / n;
+  } else if (num_global == 0) {
+    // Memory stops growing at the window: no limit; answer the longest context make_plan takes.
+    return static_cast<int64_t>(blocks_for(kMaxTokens, footprint.block_size));
+  } else {
+    g = cap + (budget - n * cap) / num_global;  // n·cap < budget here: no overflow
+  }
+  return static_cast<int64_t>(std::min<uint64_t>(g, kMaxAnswerBlocks));
+}
+
 std::vector<KvOption> kv_options(const ModelShape& shape, std::span<const PlanEviction> evictions) {
   std::vector<KvOption> options;
   const CacheForm form = shape.is_mla() ? CacheForm::kLatent : CacheForm::kFull;
@@ -130,27 +206,23 @@ std::vector<KvOption> kv_options(const ModelShape& shape, std::span<const PlanEv
   return options;
 }
 
-MemoryFit compute_fit(const KvFootprint& footprint, int64_t resident_tokens, uint64_t memory_bytes,
-                      uint64_t weight_bytes, int kivi_residual_tokens) {
-  const int64_t blocks =
-      footprint.block_size > 0 ? static_cast<int64_t>(blocks_for(resident_tokens, footprint.block_size)) : 0;
-  return compute_fit_blocks(footprint, blocks, memory_bytes, weight_bytes, kivi_residual_tokens);
-}
-
-MemoryFit compute_fit_blocks(const KvFootprint& footprint, int64_t blocks_per_sequence, uint64_t memory_bytes,
-                             uint64_t weight_bytes, int kivi_residual_tokens) {
+MemoryFit compute_fit(const ModelShape& shape, const KvFootprint& footprint, const FitQuery& query) {
   MemoryFit fit;
-  fit.memory_bytes = memory_bytes;
-  fit.weight_bytes = weight_bytes;
-  fit.available_bytes = memory_bytes > weight_bytes ? memory_bytes - weight_bytes : 0;
+  fit.memory_bytes = query.memory_bytes;
+  fit.weight_bytes = query.weight_bytes;
+  fit.available_bytes = query.memory_bytes > query.weight_bytes ? query.memory_bytes - query.weight_bytes : 0;
   if (footprint.bytes_per_block == 0) return fit;
-  const uint64_t staging = footprint.staging_bytes_per_sequence(kivi_residual_tokens);
+  const uint64_t staging = footprint.staging_bytes_per_sequence(query.kivi_residual_tokens);
   // Tokens: one sequence (one staging set) holding as many whole blocks as fit.
   const uint64_t for_blocks = fit.available_bytes > staging ? fit.available_bytes - staging : 0;
-  fit.tokens = static_cast<int64_t>(for_blocks / footprint.bytes_per_block) * footprint.block_size;
+  fit.tokens = max_global_blocks(shape, footprint, for_blocks, query.local_block_cap) * footprint.block_size;
   // Saturates instead of wrapping: a sequence larger than 2^64 bytes fits zero times.
-  const unsigned __int128 per_sequence =
-      static_cast<unsigned __int128>(blocks_per_sequence) * footprint.bytes_per_block + staging;
+  const unsigned __int128 layer_blocks =
+      static_cast<unsigned __int128>(std::max<int64_t>(query.blocks.global, 0)) *
+          static_cast<unsigned>(shape.num_global_layers()) +
+      static_cast<unsigned __int128>(std::max<int64_t>(query.blocks.local, 0)) *
+          static_cast<unsigned>(shape.num_local_layers());
+  const unsigned __int128 per_sequence = layer_blocks * footprint.layer_bytes_per_block() + staging;
   fit.sequences = per_sequence == 0 ? 0 : static_cast<int64_t>(fit.available_bytes / per_sequence);
   return fit;
 }
@@ -167,6 +239,9 @@ Result<Plan> make_plan(const ModelShape& shape, const PlanRequest& request) {
   if (request.batch <= 0 || request.batch > kMaxBatch) {
     return Status::errorf("batch {} must be in [1, {}]", request.batch, kMaxBatch);
   }
+  if (request.step_tokens < 1 || request.step_tokens > kMaxTokens) {
+    return Status::errorf("step tokens {} must be in [1, 2^31]", request.step_tokens);
+  }
   Plan plan;
   plan.shape = shape;
   plan.request = request;
@@ -175,6 +250,7 @@ Result<Plan> make_plan(const ModelShape& shape, const PlanRequest& request) {
   // The baseline: the FP16 cache the model would need with one K/V head per query head.
   ModelShape mha = shape;
   mha.num_kv_heads = shape.num_heads;
+  mha.sliding_window = SlidingWindowConfig{};  // every layer global: the reference saves nothing
   KvOption baseline;
   baseline.label = "f16 MHA (reference)";
   baseline.k_type = KvType::kF16;
@@ -185,50 +261,95 @@ Result<Plan> make_plan(const ModelShape& shape, const PlanRequest& request) {
   for (KvOption& o : kv_options(shape, request.evictions)) options.emplace_back(std::move(o), false);
 
   for (auto& [option, is_baseline] : options) {
+    const ModelShape& row_shape = is_baseline ? mha : shape;
     PlanRow row;
-    KVLM_ASSIGN_OR_RETURN(row.footprint, kv_footprint(is_baseline ? mha : shape, option.k_type, option.v_type,
-                                                      option.form, request.block_size));
+    KVLM_ASSIGN_OR_RETURN(row.footprint, kv_footprint(row_shape, option.k_type, option.v_type, option.form,
+                                                      request.block_size));
     row.option = std::move(option);
     row.is_baseline = is_baseline;
     row.tokens_per_sequence = row.option.resident_tokens(request.ctx);
-    row.formula_bytes = row.footprint.bytes_per_token() * static_cast<double>(row.tokens_per_sequence) *
+    row.formula_bytes = kv_bytes_for_context(row_shape, row.footprint, row.tokens_per_sequence) *
                         static_cast<double>(request.batch);
-    row.blocks_per_sequence = row.option.blocks_per_sequence(request.ctx, request.block_size);
+    // kept_fraction is exactly 1 without local layers: then this is bytes_per_token() itself.
+    row.bytes_per_token_at_ctx = row.footprint.bytes_per_token() * row_shape.kept_fraction(row.tokens_per_sequence);
+    const SequenceBlocks blocks =
+        sequence_blocks(row_shape, row.option, request.ctx, request.step_tokens, request.block_size);
+    row.blocks_per_sequence = blocks.global;
+    row.local_blocks_per_sequence = blocks.local;
     row.policy_extra_blocks =
         row.blocks_per_sequence - static_cast<int64_t>(blocks_for(row.tokens_per_sequence, request.block_size));
-    KVLM_ASSIGN_OR_RETURN(const uint64_t arena_per_sequence,
-                          checked_mul(static_cast<uint64_t>(row.blocks_per_sequence), row.footprint.bytes_per_block,
-                                      "bytes per sequence"));
+    KVLM_ASSIGN_OR_RETURN(const uint64_t arena_per_sequence, sequence_block_bytes(row_shape, row.footprint, blocks));
     row.staging_bytes_per_sequence = row.footprint.staging_bytes_per_sequence(request.kivi_residual_tokens);
     const uint64_t per_sequence = arena_per_sequence + row.staging_bytes_per_sequence;
     KVLM_ASSIGN_OR_RETURN(row.block_bytes_total,
                           checked_mul(per_sequence, static_cast<uint64_t>(request.batch), "total bytes"));
     row.ratio_to_baseline = row.footprint.bytes_per_token() / plan.baseline_bytes_per_token;
+    row.ratio_at_ctx = row.bytes_per_token_at_ctx / plan.baseline_bytes_per_token;
     if (request.memory_bytes) {
-      row.fit = compute_fit_blocks(row.footprint, row.blocks_per_sequence, *request.memory_bytes,
-                                   request.weight_bytes, request.kivi_residual_tokens);
+      FitQuery query;
+      query.memory_bytes = *request.memory_bytes;
+      query.weight_bytes = request.weight_bytes;
+      query.blocks = blocks;
+      query.kivi_residual_tokens = request.kivi_residual_tokens;
+      if (row_shape.has_local_layers()) {
+        query.local_block_cap =
+            local_layer_block_cap(request.step_tokens, row_shape.sliding_window.window, request.block_size);
+      }
+      row.fit = compute_fit(row_shape, row.footprint, query);
     }
     plan.rows.push_back(std::move(row));
   }
   return plan;
 }
 
+Result<PoolPrediction> predict_pool_bytes(const ModelShape& shape, const PoolQuery& query) {
+  PoolPrediction p;
+  KVLM_ASSIGN_OR_RETURN(p.footprint, kv_footprint(shape, query.k_type, query.v_type, query.form, query.block_size));
+  const bool windowed = query.local_blocks == LocalLayerBlocks::kWindow && shape.has_local_layers();
+  const int block_size = query.block_size;
+  const uint64_t layer_block = p.footprint.layer_bytes_per_block();
+  const double layer_token_bytes = static_cast<double>(layer_block) / block_size;
+  for (const PoolSequence& seq : query.sequences) {
+    if (seq.tokens < 0) return Status::errorf("sequence length {} must be >= 0", seq.tokens);
+    if (seq.last_step_tokens < 1 || seq.last_step_tokens > kMaxTokens) {
+      return Status::errorf("last step of {} tokens must be in [1, 2^31]", seq.last_step_tokens);
+    }
+    SequenceBlocks blocks;
+    blocks.global = static_cast<int64_t>(blocks_for(seq.tokens, block_size));
+    // Without the window, local layers are priced as global ones.
+    blocks.local = windowed ? local_layer_blocks(seq.tokens, seq.last_step_tokens, shape.sliding_window.window,
+                                                 block_size)
+                            : blocks.global;
+    KVLM_ASSIGN_OR_RETURN(const uint64_t bytes, sequence_block_bytes(shape, p.footprint, blocks));
+    p.block_bytes += bytes;
+    if (windowed) {
+      p.formula_bytes += kv_bytes_for_context(shape, p.footprint, seq.tokens);
+      // One partial block per global layer; a local layer may hold up to its whole-block bound.
+      const double local_formula = layer_token_bytes * static_cast<double>(shape.local_layer_tokens(seq.tokens));
+      const double local_slack = static_cast<double>(blocks.local) * static_cast<double>(layer_block) - local_formula;
+      p.slack_bytes += layer_block * static_cast<uint64_t>(shape.num_global_layers()) +
+                       static_cast<uint64_t>(shape.num_local_layers()) * static_cast<uint64_t>(std::ceil(local_slack));
+    } else {
+      p.formula_bytes += static_cast<double>(seq.tokens) * p.footprint.bytes_per_token();
+      p.slack_bytes += p.footprint.bytes_per_block;
+    }
+  }
+  p.staging_bytes = p.footprint.staging_bytes_per_sequence(query.kivi_residual_tokens) * query.sequences.size();
+  return p;
+}
+
 Result<PoolPrediction> predict_pool_bytes(const ModelShape& shape, KvType k_type, KvType v_type, CacheForm form,
                                           int block_size, std::span<const int64_t> tokens_per_sequence,
                                           int kivi_residual_tokens) {
-  PoolPrediction p;
-  KVLM_ASSIGN_OR_RETURN(p.footprint, kv_footprint(shape, k_type, v_type, form, block_size));
-  for (int64_t tokens : tokens_per_sequence) {
-    if (tokens < 0) return Status::errorf("sequence length {} must be >= 0", tokens);
-    p.formula_bytes += static_cast<double>(tokens) * p.footprint.bytes_per_token();
-    KVLM_ASSIGN_OR_RETURN(const uint64_t bytes,
-                          checked_mul(blocks_for(tokens, block_size), p.footprint.bytes_per_block, "pool bytes"));
-    p.block_bytes += bytes;
-  }
-  p.staging_bytes = p.footprint.staging_bytes_per_sequence(kivi_residual_tokens) * tokens_per_sequence.size();
-  KVLM_ASSIGN_OR_RETURN(p.slack_bytes, checked_mul(tokens_per_sequence.size(), p.footprint.bytes_per_block,
-                                                   "slack bytes"));
-  return p;
+  PoolQuery query;
+  query.k_type = k_type;
+  query.v_type = v_type;
+  query.form = form;
+  query.block_size = block_size;
+  query.kivi_residual_tokens = kivi_residual_tokens;
+  query.local_blocks = LocalLayerBlocks::kEveryToken;
+  for (int64_t tokens : tokens_per_sequence) query.sequences.push_back(PoolSequence{tokens, 1});
+  return predict_pool_bytes(shape, query);
 }
 
 ModelShape shape_from_kv_layout(const KvLayout& layout) {

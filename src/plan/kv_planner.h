@@ -65,10 +65,22 @@ struct KvOption {
   // Tokens one sequence of `ctx` holds at its peak: the resident ones, and for snapkv the prompt
   // step that runs whole on top of the budget before compression.
   int64_t peak_tokens(int64_t ctx) const;
-  // Whole blocks one sequence of `ctx` holds at its peak: ceil(peak_tokens / block_size), plus
-  // evicted_slot_blocks(policy) once the sequence has evicted (ctx > budget).
+  // Whole blocks one sequence of `ctx` holds at its peak in each global layer:
+  // ceil(peak_tokens / block_size), plus evicted_slot_blocks(policy) once the sequence has
+  // evicted (ctx > budget). Local layers: sequence_blocks().
   int64_t blocks_per_sequence(int64_t ctx, int block_size) const;
 };
+
+// Whole blocks a local layer of `window` tokens holds at most when a step of `step_tokens` ends
+// a sequence of `tokens`. The step's first query sees the window − 1 tokens before it, so
+// live = min(tokens, window + step − 1) tokens must stay; blocks wholly before them are returned.
+// Until tokens exceed window + step − 1 nothing is returned: ceil(tokens / block_size); after
+// that ceil(live / block_size) + 1 (the oldest live token may sit anywhere in its block), never
+// more than ceil(tokens / block_size). Decode steps are 1 token.
+int64_t local_layer_blocks(int64_t tokens, int64_t step_tokens, int window, int block_size);
+// The most blocks local_layer_blocks gives however long the sequence: ceil((window + step − 1) /
+// block_size) + 1.
+int64_t local_layer_block_cap(int64_t step_tokens, int window, int block_size);
 
 // Exact bytes of one option for one shape and block size.
 struct KvFootprint {
@@ -88,8 +100,11 @@ struct KvFootprint {
   }
 
   // The formula value: bytes_per_block / block_size (fractional for codecs whose block
-  // metadata does not divide evenly over its tokens).
+  // metadata does not divide evenly over its tokens). Every layer's token: the full cache's
+  // figure; a model with local layers stores less per token at long context (kv_bytes_for_context).
   double bytes_per_token() const { return static_cast<double>(bytes_per_block) / block_size; }
+  // One layer's block, K + V: bytes_per_block / layers.
+  uint64_t layer_bytes_per_block() const { return k_block_bytes + v_block_bytes; }
 };
 
 // Bytes of `form` for `shape` with codecs k/v, computed through kv_codec(..).block_bytes.
@@ -97,8 +112,34 @@ Result<KvFootprint> kv_footprint(const ModelShape& shape, KvType k_type, KvType 
                                  int block_size);
 
 // The reference every ratio is against: an FP16 multi-head cache with one K and one V per
-// query head, 2 bytes per value: layers × num_heads × (head_dim + v_head_dim) × 2.
+// query head in every layer, 2 bytes per value: layers × num_heads × (head_dim + v_head_dim) × 2.
+// It has no local layers: ratios at a context show what GQA/MLA and the window save together.
 double mha_f16_bytes_per_token(const ModelShape& shape);
+
+// The formula bytes of one sequence of `tokens` tokens in `footprint` (computed for `shape`):
+// global layers hold every token, local layers min(tokens, window), i.e.
+// bytes_per_token() × shape.layer_tokens(tokens) / layers; bytes_per_token() × tokens without
+// local layers.
+double kv_bytes_for_context(const ModelShape& shape, const KvFootprint& footprint, int64_t tokens);
+
+// Whole blocks one sequence holds per layer of each kind.
+struct SequenceBlocks {
+  int64_t global = 0;  // in each global layer
+  int64_t local = 0;   // in each local layer; 0 when the shape has none
+};
+// The blocks of one sequence of `ctx` tokens under `option` whose steps are at most
+// `step_tokens`: global layers option.blocks_per_sequence; local layers local_layer_blocks()
+// (of the positions, which eviction cannot make more), at most the global count.
+SequenceBlocks sequence_blocks(const ModelShape& shape, const KvOption& option, int64_t ctx, int64_t step_tokens,
+                               int block_size);
+// Their bytes: (global × global layers + local × local layers) × layer_bytes_per_block; an
+// error past 64 bits.
+Result<uint64_t> sequence_block_bytes(const ModelShape& shape, const KvFootprint& footprint, SequenceBlocks blocks);
+// The most blocks per global layer one sequence can hold in `bytes`, its local layers holding
+// min(that, local_block_cap) each; at most 2^31. Every layer local: once the local blocks fit
+// there is no limit, and the answer is the blocks of 2^31 tokens, the longest ctx make_plan takes.
+int64_t max_global_blocks(const ModelShape& shape, const KvFootprint& footprint, uint64_t bytes,
+                          int64_t local_block_cap);
 
 // The options kvlm supports for a shape, one per codec in all_kv_types() with K = V:
 // the full cache for MHA/GQA models, the latent for MLA models; then, for each eviction in
@@ -110,7 +151,9 @@ struct MemoryFit {
   uint64_t memory_bytes = 0;
   uint64_t weight_bytes = 0;
   uint64_t available_bytes = 0;  // memory − weights, 0 when the weights alone do not fit
-  int64_t tokens = 0;            // whole blocks that fit × block_size (all sequences together)
+  // The longest single sequence that fits, whole blocks: all of the memory for one sequence
+  // without local layers; with them, local layers stop growing at their window, so much longer.
+  int64_t tokens = 0;
   int64_t sequences = 0;         // sequences of ctx (resident) tokens that fit, whole blocks each
 };
 
@@ -122,6 +165,9 @@ struct PlanRequest {
   uint64_t weight_bytes = 0;             // subtracted from memory_bytes
   int kivi_residual_tokens = 0;          // KIVI options: KvStorageOptions::kivi_residual_tokens
   std::vector<PlanEviction> evictions;   // rows for each codec under these policies, beside the full cache
+  // Local layers: the longest step (a prompt chunk) a sequence runs; during it a local layer
+  // holds window + step − 1 tokens. 1: decode.
+  int64_t step_tokens = 1;
 };
 
 struct PlanRow {
@@ -129,15 +175,22 @@ struct PlanRow {
   bool is_baseline = false;      // the FP16 MHA reference row, not an option kvlm runs
   KvFootprint footprint;
   int64_t tokens_per_sequence = 0;  // resident tokens of one sequence of ctx
-  double formula_bytes = 0;         // tokens_per_sequence × batch × bytes_per_token()
+  // kv_bytes_for_context(tokens_per_sequence) × batch: local layers hold min(tokens, window)
+  double formula_bytes = 0;
+  // formula_bytes per sequence / tokens_per_sequence: footprint.bytes_per_token() without
+  // local layers, less with them (the figure at this context, not the full cache's)
+  double bytes_per_token_at_ctx = 0;
   uint64_t staging_bytes_per_sequence = 0;  // KIVI f32 staging (tail + residual blocks), else 0
-  // Whole blocks one sequence holds at its peak (KvOption::blocks_per_sequence), and of those
-  // the policy's extra ones: evicted slots not yet dropped, snapkv's uncompressed prompt step.
+  // Whole blocks one sequence holds at its peak in each global layer
+  // (KvOption::blocks_per_sequence), and of those the policy's extra ones: evicted slots not
+  // yet dropped, snapkv's uncompressed prompt step.
   int64_t blocks_per_sequence = 0;
   int64_t policy_extra_blocks = 0;
-  // (blocks_per_sequence × bytes_per_block + staging_bytes_per_sequence) × batch
+  int64_t local_blocks_per_sequence = 0;  // in each local layer (sequence_blocks); 0 without
+  // (sequence_block_bytes + staging_bytes_per_sequence) × batch
   uint64_t block_bytes_total = 0;
-  double ratio_to_baseline = 0;     // bytes_per_token / mha_f16_bytes_per_token
+  double ratio_to_baseline = 0;     // bytes_per_token / mha_f16_bytes_per_token: the full cache
+  double ratio_at_ctx = 0;          // bytes_per_token_at_ctx / mha_f16_bytes_per_token
   std::optional<MemoryFit> fit;
 };
 
@@ -151,17 +204,24 @@ struct Plan {
 // Validates the shape and the request (ctx, batch, block size > 0) and fills every row.
 Result<Plan> make_plan(const ModelShape& shape, const PlanRequest& request);
 
-// The memory fit of one footprint for sequences of `resident_tokens` (whole blocks, no eviction).
-MemoryFit compute_fit(const KvFootprint& footprint, int64_t resident_tokens, uint64_t memory_bytes,
-                      uint64_t weight_bytes, int kivi_residual_tokens = 0);
-// The same for sequences of `blocks_per_sequence` blocks each (an evicting option's peak).
-MemoryFit compute_fit_blocks(const KvFootprint& footprint, int64_t blocks_per_sequence, uint64_t memory_bytes,
-                             uint64_t weight_bytes, int kivi_residual_tokens = 0);
+// What compute_fit weighs: memory, weights, and what one sequence holds.
+struct FitQuery {
+  uint64_t memory_bytes = 0;
+  uint64_t weight_bytes = 0;     // subtracted from memory_bytes
+  SequenceBlocks blocks;         // one sequence of the plan (sequence_blocks)
+  // The most blocks a local layer holds however long a sequence grows (local_layer_blocks of
+  // an unbounded sequence); bounds MemoryFit::tokens. 0 without local layers.
+  int64_t local_block_cap = 0;
+  int kivi_residual_tokens = 0;  // one staging set per sequence
+};
+// The memory fit of one footprint computed for `shape`.
+MemoryFit compute_fit(const ModelShape& shape, const KvFootprint& footprint, const FitQuery& query);
 
 // What a live pool holding these sequences should hold, for comparing with KvStorage /
 // KvCacheManager numbers: a live pool allocates whole blocks, so
 //   formula_bytes <= block_bytes <= formula_bytes + slack_bytes,
-// slack_bytes being one partially filled block per sequence and layer.
+// slack_bytes being one partially filled block per sequence and layer (and, for a pool that
+// returns local layers' old blocks, what local_layer_blocks allows beyond the window's tokens).
 struct PoolPrediction {
   double formula_bytes = 0;    // Σ tokens × bytes_per_token()
   uint64_t block_bytes = 0;    // Σ ceil(tokens / block_size) × bytes_per_block
@@ -169,6 +229,30 @@ struct PoolPrediction {
   uint64_t staging_bytes = 0;  // KIVI: the most f32 staging these sequences hold (KvStorage::staging_bytes), else 0
   KvFootprint footprint;
 };
+// How the pool holds a local layer's tokens.
+enum class LocalLayerBlocks {
+  kEveryToken,  // every layer keeps every token's block (a pool that returns none of them)
+  kWindow,      // a local layer returns the blocks wholly before its window (local_layer_blocks)
+};
+struct PoolSequence {
+  int64_t tokens = 0;            // tokens the sequence holds
+  int64_t last_step_tokens = 1;  // tokens of its last step (decode: 1; a prompt chunk: more)
+};
+struct PoolQuery {
+  KvType k_type = KvType::kF16;
+  KvType v_type = KvType::kF16;
+  CacheForm form = CacheForm::kFull;
+  int block_size = 16;
+  int kivi_residual_tokens = 0;
+  LocalLayerBlocks local_blocks = LocalLayerBlocks::kWindow;
+  std::vector<PoolSequence> sequences;
+};
+// block_bytes compares with the bytes of the blocks a KvCacheManager holds in every layer.
+// kWindow: formula_bytes counts min(tokens, window) tokens in local layers and block_bytes
+// local_layer_blocks(tokens, last_step_tokens) blocks in each; slack_bytes is one block per
+// global layer plus, per local layer, what those blocks hold beyond the formula.
+Result<PoolPrediction> predict_pool_bytes(const ModelShape& shape, const PoolQuery& query);
+// Every layer keeping every token (LocalLayerBlocks::kEveryToken, whatever the shape's window):
 // block_bytes compares with the blocks a KvCacheManager holds × KvStorage::bytes_per_block().
 Result<PoolPrediction> predict_pool_bytes(const ModelShape& shape, KvType k_type, KvType v_type, CacheForm form,
                                           int block_size, std::span<const int64_t> tokens_per_sequence,

@@ -31,6 +31,11 @@ constexpr int64_t kMaxContext = int64_t{1} << 31;
 // - DeepSeek-V2: DeepSeek-AI 2024 (arXiv 2405.04434) §3.1 and the HF config (60 layers, hidden 5120,
 //   128 heads, kv_lora_rank 512, qk_rope_head_dim 64, qk_nope 128, v_head_dim 128, 236e9 total
 //   parameters, context 128K = 131072).
+// - Gemma 3 1B/4B/12B/27B: the HF config.json of each (google/gemma-3-*-pt): layers 26/34/48/62,
+//   hidden 1152/2560/3840/5376, heads 4/8/16/32, KV heads 1/4/8/16, head_dim 256/256/256/128,
+//   sliding_window 512/1024/1024/1024, sliding_window_pattern 6 (every 6th layer global),
+//   max_position_embeddings 32768 (1B) and 131072. The parameter counts are approximate
+//   (≈1.0e9, ≈3.9e9, ≈1.2e10, ≈2.7e10: the public figures, rounded).
 // MLA presets list num_kv_heads = num_heads: the expanded (MHA-equivalent) cache.
 ModelShape preset(std::string name, std::string arch, int layers, int heads, int kv_heads, int head_dim,
                   int v_head_dim, int64_t context, double params, int kv_lora_rank, int rope_dim) {
@@ -49,6 +54,13 @@ ModelShape preset(std::string name, std::string arch, int layers, int heads, int
   return s;
 }
 
+// `s` with Gemma 3's local layers: a window of `window` tokens on every layer but each 6th.
+ModelShape with_gemma3_window(ModelShape s, int window) {
+  s.sliding_window.window = window;
+  s.sliding_window.local_layers = local_layers_from_period(kGemma3SlidingWindowPeriod, s.num_layers);
+  return s;
+}
+
 const std::vector<ModelShape>& presets() {
   static const std::vector<ModelShape> kPresets = {
       preset("llama-2-7b", "llama", 32, 32, 32, 128, 128, 4096, 6.74e9, 0, 0),
@@ -56,6 +68,10 @@ const std::vector<ModelShape>& presets() {
       preset("llama-3.2-1b", "llama", 16, 32, 8, 64, 64, 131072, 1.24e9, 0, 0),
       preset("deepseek-v2-lite", "deepseek2", 27, 16, 16, 192, 128, 32768, 15.7e9, 512, 64),
       preset("deepseek-v2", "deepseek2", 60, 128, 128, 192, 128, 131072, 236e9, 512, 64),
+      with_gemma3_window(preset("gemma-3-1b", "gemma3", 26, 4, 1, 256, 256, 32768, 1.0e9, 0, 0), 512),
+      with_gemma3_window(preset("gemma-3-4b", "gemma3", 34, 8, 4, 256, 256, 131072, 3.9e9, 0, 0), 1024),
+      with_gemma3_window(preset("gemma-3-12b", "gemma3", 48, 16, 8, 256, 256, 131072, 1.2e10, 0, 0), 1024),
+      with_gemma3_window(preset("gemma-3-27b", "gemma3", 62, 32, 16, 128, 128, 131072, 2.7e10, 0, 0), 1024),
   };
   return kPresets;
 }
@@ -79,6 +95,34 @@ Result<int> positive_int(const GgufFile& file, const std::string& key) {
 Result<int> optional_int(const GgufFile& file, const std::string& key, int fallback) {
   if (file.find(key) == nullptr) return fallback;
   return positive_int(file, key);
+}
+
+// The window and its per-layer list agree with each other and with the layer count.
+Status validate_sliding_window(const ModelShape& s) {
+  const SlidingWindowConfig& w = s.sliding_window;
+  if (w.window == 0) {
+    if (!w.local_layers.empty()) {
+      return Status::errorf("model shape {}: {} local-layer entries but no sliding window", s.name,
+                            w.local_layers.size());
+    }
+    return Status::ok_status();
+  }
+  if (w.window < 0 || w.window > kMaxContext) {
+    return Status::errorf("model shape {}: sliding window = {} must be in [1, {}]", s.name, w.window, kMaxContext);
+  }
+  if (w.local_layers.size() != static_cast<size_t>(s.num_layers)) {
+    return Status::errorf("model shape {}: sliding window has {} local-layer entries for {} layers", s.name,
+                          w.local_layers.size(), s.num_layers);
+  }
+  for (size_t l = 0; l < w.local_layers.size(); ++l) {
+    if (w.local_layers[l] > 1) {
+      return Status::errorf("model shape {}: local-layer entry {} = {} must be 0 or 1", s.name, l, w.local_layers[l]);
+    }
+  }
+  if (w.num_local_layers() == 0) {
+    return Status::errorf("model shape {}: sliding window {} names no local layer", s.name, w.window);
+  }
+  return Status::ok_status();
 }
 
 }  // namespace
@@ -110,7 +154,32 @@ Status validate_model_shape(const ModelShape& s) {
   if (!(s.num_params >= 0) || s.num_params > 1e15) {
     return Status::errorf("model shape {}: params {} must be in [0, 1e15]", s.name, s.num_params);
   }
-  return Status::ok_status();
+  return validate_sliding_window(s);
+}
+
+std::string global_layer_list(const ModelShape& shape) {
+  constexpr int kShown = 16;
+  std::string out;
+  int num_global = 0;
+  for (int l = 0; l < shape.num_layers; ++l) {
+    if (shape.sliding_window.is_local(l)) continue;
+    if (num_global++ < kShown) out += fmt::format("{}{}", out.empty() ? "" : ", ", l);
+  }
+  if (num_global > kShown) out += fmt::format(" and {} more", num_global - kShown);
+  return num_global == 0 ? "none" : out;
+}
+
+std::string local_layer_saving(const ModelShape& shape, int64_t tokens) {
+  if (!shape.has_local_layers()) return "";
+  // 32768 -> "32,768"
+  std::string digits = std::to_string(tokens), grouped;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) grouped += ',';
+    grouped += digits[i];
+  }
+  return fmt::format("local layers: {} of {} at window {}: {:.0f}% of the full cache saved at {} tokens",
+                     shape.num_local_layers(), shape.num_layers, shape.sliding_window.window,
+                     100.0 * (1.0 - shape.kept_fraction(tokens)), grouped);
 }
 
 std::span<const ModelShape> model_presets() { return presets(); }
@@ -160,6 +229,14 @@ Result<ModelShape> read_model_shape(const GgufFile& file) {
   if (s.head_dim == 0) {
     return Status::errorf("{}: neither {}attention.key_length nor {}embedding_length is present", file.name(), a, a);
   }
+  // A window kvlm refuses (a non-gemma3 file that names one, a gemma3 file without one) is a
+  // reason the model will not run, not one to hide its shape: planned as a full cache, said so.
+  if (Result<SlidingWindowConfig> window = read_sliding_window(file, s.architecture, s.num_layers); window.ok()) {
+    s.sliding_window = std::move(*window);
+  } else {
+    s.warnings.push_back(fmt::format("sliding window not applied, every layer planned as global: {}",
+                                     window.status().message()));
+  }
 
   double params = 0;
   uint64_t bytes = 0;
@@ -188,6 +265,7 @@ ModelShape model_shape_from_config(const ModelConfig& c) {
   shape.head_dim = c.head_dim;
   shape.v_head_dim = c.head_dim;
   shape.context_length = c.context_length;
+  shape.sliding_window = c.sliding_window;
   return shape;
 }
 

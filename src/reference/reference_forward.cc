@@ -89,6 +89,12 @@ void head_norm_ref(std::vector<double>& x, const std::vector<float>& weight, flo
   }
 }
 
+// Gemma's FFN gate: GELU in its tanh form.
+double gelu_tanh_ref(double x) {
+  const double kSqrt2OverPi = std::sqrt(2.0 / 3.14159265358979323846);
+  return 0.5 * x * (1.0 + std::tanh(kSqrt2OverPi * (x + 0.044715 * x * x * x)));
+}
+
 void add_bias_ref(std::vector<double>& x, const std::vector<float>& bias) {
   if (bias.empty()) return;
   for (size_t i = 0; i < x.size(); ++i) x[i] += bias[i % bias.size()];
@@ -113,9 +119,27 @@ std::vector<double> reference_logits(const ModelConfig& c, const LlamaWeights& w
     dequantize_row_reference(w.token_embd.type, w.token_embd.data + id * w.token_embd.row_bytes, row.data(), dim);
     std::copy(row.begin(), row.end(), x.begin() + t * dim);
   }
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  // Gemma 3's rules: the embedding scaled by sqrt(dim); q·k scaled by query_pre_attn_scalar^-1/2
+  // (head_dim, but dim / heads for the 62-layer 27B); attention and FFN outputs normed before
+  // the residual add; a GELU gate; local layers see their last `window` positions and rotate
+  // with their own base, unscaled.
+  const bool gemma3 = c.architecture == "gemma3";
+  if (gemma3) {
+    for (double& value : x) value *= std::sqrt(static_cast<double>(dim));
+  }
+  const double query_pre_attn_scalar = gemma3 && c.num_layers == 62 ? static_cast<double>(dim) / c.num_heads : hd;
+  const double scale = 1.0 / std::sqrt(query_pre_attn_scalar);
+  RopeParams local_rope;
+  local_rope.head_dim = c.rope.head_dim;
+  local_rope.rotary_dim = c.rope.rotary_dim;
+  local_rope.style = c.rope.style;
+  local_rope.freq_base = c.local_rope.freq_base;
   if (weight_sums != nullptr) weight_sums->assign(static_cast<size_t>(n), 0.0);
-  for (const LlamaLayerWeights& L : w.layers) {
+  for (size_t layer = 0; layer < w.layers.size(); ++layer) {
+    const LlamaLayerWeights& L = w.layers[layer];
+    const bool local = gemma3 && c.sliding_window.window > 0 && c.sliding_window.local_layers[layer] != 0;
+    const int64_t window = c.sliding_window.window;
+    const RopeParams& rope = local ? local_rope : c.rope;
     std::vector<double> xn = rms_norm_ref(x, L.attn_norm, n, c.rms_eps);
     std::vector<double> q = matmul_ref(L.wq, xn, n);  // [n, q_dim]
     std::vector<double> k = matmul_ref(L.wk, xn, n);  // [n, kv_dim]
@@ -127,8 +151,8 @@ std::vector<double> reference_logits(const ModelConfig& c, const LlamaWeights& w
     head_norm_ref(k, L.k_norm, c.rms_eps);
     const std::vector<double> q_unrotated = q;  // for queries rotated at another position
     for (int64_t t = 0; t < n; ++t) {
-      for (int h = 0; h < c.num_heads; ++h) rope_ref(c.rope, &q[static_cast<size_t>(t * q_dim + h * hd)], t);
-      for (int h = 0; h < c.num_kv_heads; ++h) rope_ref(c.rope, &k[static_cast<size_t>(t * kv_dim + h * hd)], t);
+      for (int h = 0; h < c.num_heads; ++h) rope_ref(rope, &q[static_cast<size_t>(t * q_dim + h * hd)], t);
+      for (int h = 0; h < c.num_kv_heads; ++h) rope_ref(rope, &k[static_cast<size_t>(t * kv_dim + h * hd)], t);
     }
     std::vector<double> att(static_cast<size_t>(n * q_dim), 0.0);  // [n, q_dim]
     std::vector<double> scores(static_cast<size_t>(n));
@@ -139,7 +163,7 @@ std::vector<double> reference_logits(const ModelConfig& c, const LlamaWeights& w
         std::vector<double> q_other(static_cast<size_t>(hd));
         double max_score = -INFINITY;
         for (int64_t s = 0; s <= t; ++s) {
-          if (visibility.visible && !visibility.visible(t, s)) {
+          if ((visibility.visible && !visibility.visible(t, s)) || (local && t - s >= window)) {
             scores[static_cast<size_t>(s)] = -INFINITY;
             continue;
           }
@@ -147,7 +171,7 @@ std::vector<double> reference_logits(const ModelConfig& c, const LlamaWeights& w
           const int64_t pos = visibility.query_position ? visibility.query_position(t, s) : t;
           if (pos != t) {
             std::copy_n(&q_unrotated[static_cast<size_t>(t * q_dim + h * hd)], hd, q_other.begin());
-            rope_ref(c.rope, q_other.data(), pos);
+            rope_ref(rope, q_other.data(), pos);
             qs = q_other.data();
           }
           const double* ks = &k[static_cast<size_t>(s * kv_dim + kvh * hd)];
@@ -170,12 +194,16 @@ std::vector<double> reference_logits(const ModelConfig& c, const LlamaWeights& w
       }
     }
     std::vector<double> o = matmul_ref(L.wo, att, n);
+    if (gemma3) o = rms_norm_ref(o, L.post_attn_norm, n, c.rms_eps);
     for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
     xn = rms_norm_ref(x, L.ffn_norm, n, c.rms_eps);
     std::vector<double> gate = matmul_ref(L.w_gate, xn, n);
     const std::vector<double> up = matmul_ref(L.w_up, xn, n);
-    for (size_t i = 0; i < gate.size(); ++i) gate[i] = gate[i] / (1.0 + std::exp(-gate[i])) * up[i];
-    const std::vector<double> down = matmul_ref(L.w_down, gate, n);
+    for (size_t i = 0; i < gate.size(); ++i) {
+      gate[i] = (gemma3 ? gelu_tanh_ref(gate[i]) : gate[i] / (1.0 + std::exp(-gate[i]))) * up[i];
+    }
+    std::vector<double> down = matmul_ref(L.w_down, gate, n);
+    if (gemma3) down = rms_norm_ref(down, L.post_ffn_norm, n, c.rms_eps);
     for (size_t i = 0; i < x.size(); ++i) x[i] += down[i];
   }
   const std::vector<double> xn = rms_norm_ref(x, w.output_norm, n, c.rms_eps);

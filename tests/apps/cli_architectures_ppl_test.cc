@@ -29,12 +29,12 @@ struct ArchCase {
 
 void PrintTo(const ArchCase& c, std::ostream* os) { *os << c.name; }
 
+// The running perplexity after `num_windows` windows ("[8]4194.3138,"): llama-perplexity runs
+// two windows more than that, since its last log lines are the ones an exit may lose.
 std::optional<double> llama_ppl(const std::string& output, int num_windows) {
-  static const std::regex final_line(R"(Final estimate: PPL = ([0-9.]+))");
   std::smatch m;
-  if (std::regex_search(output, m, final_line)) return std::stod(m[1].str());
-  const std::regex last_window("\\[" + std::to_string(num_windows) + R"(\]([0-9.]+))");
-  if (std::regex_search(output, m, last_window)) return std::stod(m[1].str());
+  const std::regex window("\\[" + std::to_string(num_windows) + R"(\]([0-9.]+))");
+  if (std::regex_search(output, m, window)) return std::stod(m[1].str());
   return std::nullopt;
 }
 
@@ -57,14 +57,15 @@ Figures measure(const ArchCase& c, const fs::path& perplexity, const fs::path& t
                                          text.string(), kContext, kWindows));
   EXPECT_EQ(k.exit_code, 0) << k.err;
   if (k.exit_code == 0) f.kvlm = nlohmann::json::parse(k.out).at("ppl").get<double>();
-  // llama.cpp logs from a thread of its own that exit may cut short (about one run in five
-  // here loses the estimates though it exits 0); the figure is deterministic, so run again.
+  // llama.cpp logs from a thread of its own that exit may cut short (under load, most runs lose
+  // their last lines though they exit 0): two extra windows, and the figure is deterministic, so
+  // run again when even that was lost.
   std::optional<double> ppl;
   testing::CommandResult l;
   for (int attempt = 0; attempt < 4 && !ppl; ++attempt) {
     l = run_command(fmt::format("LD_LIBRARY_PATH={} {} -m {} -f {} -c {} --chunks {} -t 2 -ctk f32 -ctv f32 -fa off",
                                 perplexity.parent_path().string(), perplexity.string(), model, text.string(), kContext,
-                                kWindows));
+                                kWindows + 2));
     EXPECT_EQ(l.exit_code, 0) << l.err;
     ppl = llama_ppl(l.out + l.err, kWindows);
   }
@@ -85,6 +86,8 @@ TEST_P(ArchitecturePerplexity, MatchesLlamaPerplexity) {
 }
 
 // Past the 64-token original context the scaled files state, so every rule is exercised.
+// gemma3 agrees less closely (measured 2e-5 to 8e-5): llama.cpp's CPU GELU reads a table of f16
+// inputs and outputs; kvlm computing GELU through the same f16 rounding agreed to 6e-6 (once, by hand).
 const std::string kBase = "--preset tiny-gqa --head-dim 32 --vocab 512";
 INSTANTIATE_TEST_SUITE_P(
     Files, ArchitecturePerplexity,
@@ -92,7 +95,16 @@ INSTANTIATE_TEST_SUITE_P(
                       ArchCase{"llama3_rope_freqs", kBase + " --rope-scaling llama3 --rope-factor 8 --rope-orig-ctx 64"},
                       ArchCase{"yarn", kBase + " --rope-scaling yarn --rope-factor 4 --rope-orig-ctx 64"},
                       ArchCase{"linear", kBase + " --rope-scaling linear --rope-factor 4"},
-                      ArchCase{"qwen3", "--preset qwen3-tiny"}),
+                      ArchCase{"qwen3", "--preset qwen3-tiny"},
+                      // Gemma 3: local layers (window 24 < the 128-token context; default period 6), a
+                      // window that cuts hard, a period written in the file, the local layers' own
+                      // RoPE base, linear scaling of the global layers only (as 4B+ files state), MQA.
+                      ArchCase{"gemma3", "--preset gemma3-tiny"},
+                      ArchCase{"gemma3_window5", "--preset gemma3-tiny --sliding-window 5"},
+                      ArchCase{"gemma3_period3", "--preset gemma3-tiny --swa-period 3"},
+                      ArchCase{"gemma3_local_base", "--preset gemma3-tiny --rope-base-swa 500"},
+                      ArchCase{"gemma3_linear", "--preset gemma3-tiny --rope-scaling linear --rope-factor 8"},
+                      ArchCase{"gemma3_mqa_7_layers", "--preset gemma3-tiny --layers 7 --kv-heads 1 --swa-period 4"}),
     [](const auto& info) { return info.param.name; });
 
 // Today's silent error, fixed: a model with rope_freqs.weight gives llama.cpp's perplexity, not

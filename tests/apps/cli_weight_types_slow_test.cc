@@ -153,10 +153,16 @@ TEST_P(LlamaQuantizedFiles, DequantizeAndPerplexityMatchLlamaCpp) {
                              " -c 128 --max-chunks " + std::to_string(kWindows) + " -t 2 --json");
   ASSERT_EQ(k.exit_code, 0) << k.err;
   const double kvlm_ppl = nlohmann::json::parse(k.out)["ppl"].get<double>();
-  const auto l = run_command(env + perplexity->string() + " -m " + quant + " -f " + text +
-                             " -c 128 -b 128 --chunks " + std::to_string(kWindows + 1) + " -t 2");
-  ASSERT_EQ(l.exit_code, 0) << l.out;
-  const std::optional<double> ref = llama_ppl(l.out + l.err, kWindows);
+  // llama.cpp's log thread may lose its last lines at exit (under load, most runs): two windows
+  // more than compared, and again when even that was lost (the figure is deterministic).
+  testing::CommandResult l;
+  std::optional<double> ref;
+  for (int attempt = 0; attempt < 4 && !ref; ++attempt) {
+    l = run_command(env + perplexity->string() + " -m " + quant + " -f " + text + " -c 128 -b 128 --chunks " +
+                    std::to_string(kWindows + 2) + " -t 2");
+    ASSERT_EQ(l.exit_code, 0) << l.out;
+    ref = llama_ppl(l.out + l.err, kWindows);
+  }
   ASSERT_TRUE(ref.has_value()) << l.out << l.err;
   RecordProperty("kvlm_ppl", fmt::format("{:.4f}", kvlm_ppl));
   RecordProperty("llama_ppl", fmt::format("{:.4f}", *ref));

@@ -108,6 +108,7 @@ PagedAttentionArgs PagedAttentionFixture::paged_args(float* out) const {
   args.num_sink_tokens = num_sink_tokens;
   args.window_begin = window_begin;
   args.q_sink = q_sink.empty() ? nullptr : q_sink.data();
+  args.sliding_window = sliding_window;
   return args;
 }
 
@@ -151,6 +152,7 @@ static std::vector<float> reference(const PagedAttentionFixture& f, const std::v
   a.num_sink_tokens = f.num_sink_tokens;
   a.window_begin = f.window_begin;
   a.q_sink = q_sink.empty() ? nullptr : q_sink.data();
+  a.sliding_window = f.sliding_window;
   a.weights = weights;
   a.round_queries = round_queries;
   return reference_attention(a);

@@ -43,6 +43,7 @@ struct PagedAttentionFixture {
   int num_sink_tokens = 0;
   int window_begin = 0;
   std::vector<float> q_sink;  // [num_queries, num_heads, head_dim] or empty
+  int sliding_window = 0;     // PagedAttentionArgs::sliding_window, for both
   static constexpr int kLayer = 1;
 
   // q_gain scales the queries: larger gains make the softmax peakier.

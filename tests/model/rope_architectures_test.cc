@@ -18,6 +18,7 @@
 #include "model/model_synthesizer.h"
 #include "model/rope_scaling.h"
 #include "reference/reference_forward.h"
+#include "support/gguf_rewrite.h"
 #include "support/test_paths.h"
 
 namespace kvlm {
@@ -158,17 +159,7 @@ TEST(RopeScaling, FrequencyFactorsChangeTheModel) {
 // A file rewritten with one metadata change.
 std::string with_metadata(const std::string& variant, const std::function<void(GgufWriter&)>& edit) {
   const std::string src = synth_file(variant);
-  auto file = GgufFile::open(src);
-  EXPECT_TRUE(file.ok());
-  GgufWriter w;
-  for (const GgufKeyValue& kv : (*file)->metadata()) w.set(kv.key, kv.value);
-  edit(w);
-  for (const GgufTensorInfo& t : (*file)->tensors()) {
-    w.add_tensor(t.name, t.type, t.dims, std::vector<uint8_t>(t.data, t.data + t.num_bytes));
-  }
-  const std::string out = src + ".edited.gguf";
-  EXPECT_TRUE(w.write(out).ok());
-  return out;
+  return testing::rewrite_gguf_metadata(src, src + ".edited.gguf", edit);
 }
 
 TEST(RopeScaling, WhatKvlmCannotRunIsAnErrorNamingIt) {

@@ -333,6 +333,31 @@ TEST(Matmul, RawQuantizedBlocksWithEveryByteValue) {
   }
 }
 
+// Activations of equal magnitude quantize to ±127 everywhere: with raw blocks (largest codes
+// and scales included) the kernels' int16 pair sums and int32 block sums reach their largest
+// values, which must stay exact (no vpmaddubsw saturation, no overflow).
+TEST(Matmul, LargestOperandsStayExact) {
+  ThreadPool pool(2);
+  std::mt19937 rng(5);
+  for (GgmlType type : all_types()) {
+    if (!is_quantized(type)) continue;
+    const TestWeights w = make_raw_blocks(type, 5, 512, 13);
+    const int64_t num_tokens = 3;  // all +1, all -1, random signs
+    std::vector<float> x(num_tokens * w.cols);
+    for (int64_t c = 0; c < w.cols; ++c) {
+      x[c] = 1.0f;
+      x[w.cols + c] = -1.0f;
+      x[2 * w.cols + c] = rng() % 2 ? 1.0f : -1.0f;
+    }
+    for (Isa isa : ops_internal::available_isas()) {
+      SCOPED_TRACE(type_isa_name(type, isa));
+      std::vector<float> y(num_tokens * w.rows, NAN);
+      matmul_on(isa, w.matrix(), x.data(), y.data(), num_tokens, pool);
+      expect_matches_reference(w, x, y, num_tokens);
+    }
+  }
+}
+
 // Every 16-bit pattern as a weight, picked out by one-hot activations: the in-register
 // f16 / bf16 conversions must be exact, subnormals included.
 TEST(Matmul, HalfWeightsConvertExactly) {

@@ -142,7 +142,10 @@ TEST(KvPlannerEviction, MemoryFitUsesBlocksPerSequence) {
   EXPECT_EQ(streaming->fit->tokens, 16000);
   EXPECT_EQ(find_row(*plan, KvType::kF16, "full")->fit->sequences, 0);  // 2048 blocks each
 
-  const MemoryFit direct = compute_fit_blocks(streaming->footprint, 258, 1000 * kF16Block, 0);
+  FitQuery query;
+  query.memory_bytes = 1000 * kF16Block;
+  query.blocks.global = 258;
+  const MemoryFit direct = compute_fit(*find_preset("llama-3-8b"), streaming->footprint, query);
   EXPECT_EQ(direct.sequences, 3);
 }
 

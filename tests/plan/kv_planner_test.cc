@@ -241,12 +241,19 @@ TEST(KvPlanner, MemoryFitArithmetic) {
   EXPECT_EQ(f16.fit->sequences, 9);  // 512 blocks per 8192-token sequence
 
   // Weights alone larger than memory: nothing fits, no underflow.
-  const MemoryFit none = compute_fit(f16.footprint, 8192, 1000, 5000);
+  FitQuery query;
+  query.memory_bytes = 1000;
+  query.weight_bytes = 5000;
+  query.blocks.global = 512;  // 8192 tokens
+  const MemoryFit none = compute_fit(s, f16.footprint, query);
   EXPECT_EQ(none.available_bytes, 0u);
   EXPECT_EQ(none.tokens, 0);
   EXPECT_EQ(none.sequences, 0);
   // A partly filled last block still takes a whole block.
-  const MemoryFit partial = compute_fit(f16.footprint, 17, 4 * block, 0);
+  query.memory_bytes = 4 * block;
+  query.weight_bytes = 0;
+  query.blocks.global = 2;  // 17 tokens
+  const MemoryFit partial = compute_fit(s, f16.footprint, query);
   EXPECT_EQ(partial.tokens, 64);
   EXPECT_EQ(partial.sequences, 2);
 }

@@ -1,0 +1,155 @@
+// AVX2 fused kernel for the super-block types (Q2_K .. Q6_K, IQ4_XS): each weight block is
+// decoded into registers (matmul_super_decode_avx2.h) and dotted with int8 activations by
+// vpmaddubsw, then vpmaddwd by the sub-block scales, in register tiles of rows × tokens so
+// one decode serves every token of the tile.
+#include <immintrin.h>
+
+#include "core/check.h"
+#include "ops/matmul_kernels.h"
+#include "ops/matmul_super_decode_avx2.h"
+
+namespace kvlm::ops_internal {
+namespace {
+
+// 2 × 2 tiles: 4 int32 block sums, 4 f32 accumulators, 2 rows' codes and scales in 16 ymm.
+constexpr int kRows = 2;
+constexpr int kTokens = 2;
+// Weights are prefetched this many rows ahead (as matmul_avx512.cc does for Q4_0 / Q8_0).
+constexpr int64_t kPrefetchRows = 8;
+
+inline float hsum_ps(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// The scales of 32-element chunk c (sub-blocks 2c, 2c+1): k[2c] in int16 lanes 0-7, k[2c+1]
+// in 8-15, matching vpmaddubsw's pair sums over elements 0-15 and 16-31.
+inline __m256i chunk_scales(__m256i k16, int c) {
+  const __m256i pair = _mm256_permutevar8x32_epi32(k16, _mm256_set1_epi32(c));
+  const __m256i spread = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,  //
+                                          2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+  return _mm256_shuffle_epi8(pair, spread);
+}
+
+// Σ k·v·a over one chunk, as 8 int32 lanes.
+template <CodeKind kKind>
+inline __m256i chunk_dot(__m256i v, __m256i a, __m256i k) {
+  if constexpr (kKind == CodeKind::kSigned) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(v), _mm256_sign_epi8(a, v)), k);
+  } else {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(v, a), k);
+  }
+}
+
+template <class Q>
+struct SuperKernel {
+  // y for rows [r0, r0 + R) × tokens [t0, t0 + T). Every (row, token) runs the same operations
+  // whatever R and T are, so tile shapes never change a result.
+  template <int R, int T>
+  static void tile(const MatmulProblem& p, int64_t r0, int64_t t0) {
+    const WeightMatrix& w = *p.w;
+    const SuperBlockActivations& xk = *p.xk;
+    const int64_t num_blocks = xk.num_blocks;
+    const uint8_t* rows[R];
+    for (int r = 0; r < R; ++r) rows[r] = w.data + static_cast<uint64_t>(r0 + r) * w.row_bytes;
+    const int64_t ahead = kPrefetchRows * static_cast<int64_t>(w.row_bytes);
+    __m256 acc[R][T];
+    for (int r = 0; r < R; ++r) {
+      for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < num_blocks; ++b) {
+      const uint8_t* blk[R];
+      SuperScales sc[R];
+      for (int r = 0; r < R; ++r) {
+        blk[r] = rows[r] + b * Q::kBytes;
+        for (int off = 0; off < Q::kBytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(blk[r] + ahead + off), _MM_HINT_T0);
+        sc[r] = Q::scales(blk[r]);
+      }
+      const int8_t* a[T];
+      for (int t = 0; t < T; ++t) a[t] = xk.qs + ((t0 + t) * num_blocks + b) * 256;
+      __m256i sum[R][T];
+      for (int r = 0; r < R; ++r) {
+        for (int t = 0; t < T; ++t) sum[r][t] = _mm256_setzero_si256();
+      }
+      auto pair = [&]<int P>() {
+        __m256i v0[R], v1[R], k0[R], k1[R];
+        for (int r = 0; r < R; ++r) {
+          Q::template values<P>(blk[r], v0[r], v1[r]);
+          k0[r] = chunk_scales(sc[r].k16, 2 * P);
+          k1[r] = chunk_scales(sc[r].k16, 2 * P + 1);
+        }
+        for (int t = 0; t < T; ++t) {
+          const __m256i a0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t] + 64 * P));
+          const __m256i a1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t] + 64 * P + 32));
+          for (int r = 0; r < R; ++r) {
+            sum[r][t] = _mm256_add_epi32(sum[r][t], _mm256_add_epi32(chunk_dot<Q::kKind>(v0[r], a0, k0[r]),
+                                                                     chunk_dot<Q::kKind>(v1[r], a1, k1[r])));
+          }
+        }
+      };
+      pair.template operator()<0>();
+      pair.template operator()<1>();
+      pair.template operator()<2>();
+      pair.template operator()<3>();
+      for (int t = 0; t < T; ++t) {
+        const int64_t idx = (t0 + t) * num_blocks + b;
+        const float dx = xk.scales[idx];
+        const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xk.bsums + idx * 16));
+        for (int r = 0; r < R; ++r) {
+          __m256i s = sum[r][t];
+          if constexpr (Q::kKind == CodeKind::kUnsignedOffset) s = _mm256_sub_epi32(s, _mm256_madd_epi16(sc[r].mn16, bsums));
+          acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(sc[r].d * dx), acc[r][t]);
+          if constexpr (Q::kKind == CodeKind::kUnsignedMin) {
+            const __m256 mins = _mm256_cvtepi32_ps(_mm256_madd_epi16(sc[r].mn16, bsums));
+            acc[r][t] = _mm256_fnmadd_ps(mins, _mm256_set1_ps(sc[r].dmin * dx), acc[r][t]);
+          }
+        }
+      }
+    }
+    for (int t = 0; t < T; ++t) {
+      for (int r = 0; r < R; ++r) p.y[(t0 + t) * w.rows + r0 + r] = hsum_ps(acc[r][t]);
+    }
+  }
+};
+
+// Full tiles where they fit, then 1-row / 1-token tiles (the same operations per element).
+template <class Kernel>
+void run_tiles(const MatmulProblem& p, int64_t row_begin, int64_t row_end) {
+  int64_t r = row_begin;
+  for (; r + kRows <= row_end; r += kRows) {
+    int64_t t = p.token_begin;
+    for (; t + kTokens <= p.token_end; t += kTokens) Kernel::template tile<kRows, kTokens>(p, r, t);
+    for (; t < p.token_end; ++t) Kernel::template tile<kRows, 1>(p, r, t);
+  }
+  for (; r < row_end; ++r) {
+    int64_t t = p.token_begin;
+    for (; t + kTokens <= p.token_end; t += kTokens) Kernel::template tile<1, kTokens>(p, r, t);
+    for (; t < p.token_end; ++t) Kernel::template tile<1, 1>(p, r, t);
+  }
+}
+
+}  // namespace
+
+void matmul_rows_super_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_end) {
+  count_isa_kernel_run(Isa::kAvx2);
+  switch (p.w->type) {
+    case GgmlType::kQ2_K:
+      return run_tiles<SuperKernel<SuperQ2K>>(p, row_begin, row_end);
+    case GgmlType::kQ3_K:
+      return run_tiles<SuperKernel<SuperQ3K>>(p, row_begin, row_end);
+    case GgmlType::kQ4_K:
+      return run_tiles<SuperKernel<SuperQ4K>>(p, row_begin, row_end);
+    case GgmlType::kQ5_K:
+      return run_tiles<SuperKernel<SuperQ5K>>(p, row_begin, row_end);
+    case GgmlType::kQ6_K:
+      return run_tiles<SuperKernel<SuperQ6K>>(p, row_begin, row_end);
+    case GgmlType::kIQ4_XS:
+      return run_tiles<SuperKernel<SuperIq4Xs>>(p, row_begin, row_end);
+    default:
+      KVLM_CHECK(false, "matmul_rows_super_avx2: weight type {}", ggml_type_name(p.w->type));
+  }
+}
+
+}  // namespace kvlm::ops_internal
