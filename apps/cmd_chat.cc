@@ -69,7 +69,7 @@ void run(const ChatFlags& f) {
   const KvStorageOptions storage = f.kv.storage_options();
   std::unique_ptr<LlamaModel> model = load_model_or_embedded(f.model);
   const Tokenizer& tok = model->tokenizer();
-  if (!f.quiet) print_tokenizer_warnings(tok);
+  if (!f.quiet) print_model_warnings(*model);
   auto format = chat::chat_format_for_model(model->file(), tok);
   if (!format.ok()) throw CliError("the model's chat template: " + format.status().message());
   ThreadPool pool(resolve_threads(f.threads));

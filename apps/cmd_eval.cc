@@ -57,7 +57,7 @@ void run_ppl(const PplFlags& f, bool prefill_chunk_given) {
   const std::string text = read_text_file(f.text);
   auto model = value_or_throw(LlamaModel::load(f.model));
   const Tokenizer& tok = model->tokenizer();
-  print_tokenizer_warnings(tok);
+  print_model_warnings(*model);
   const std::vector<TokenId> tokens = tok.encode(text, tok.add_bos());
 
   PerplexityOptions options;

@@ -83,7 +83,7 @@ void run_recall(const RecallFlags& f, const RecallFlagsGiven& given) {
   options.cache.storage = f.kv.storage_options();
   options.cache.block_size = f.block_size;
   auto model = value_or_throw(LlamaModel::load(f.model));
-  print_tokenizer_warnings(model->tokenizer());
+  print_model_warnings(*model);
   if (!f.text.empty()) {
     options.filler = model->tokenizer().encode(read_text_file(f.text), false);
   }

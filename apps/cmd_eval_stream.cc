@@ -51,7 +51,7 @@ void run_stream(const StreamFlags& f) {
   const std::string text = read_text_file(f.text);
   auto model = value_or_throw(LlamaModel::load(f.model));
   const Tokenizer& tok = model->tokenizer();
-  print_tokenizer_warnings(tok);
+  print_model_warnings(*model);
   const std::vector<TokenId> tokens = tok.encode(text, tok.add_bos());
 
   StreamOptions options;

@@ -78,7 +78,7 @@ void run(const RunFlags& f, const RunFlagsGiven& given) {
   const EvictionOptions eviction = f.evict.eviction();
   auto model = load_model_or_embedded(f.model);
   const Tokenizer& tok = model->tokenizer();
-  if (!f.quiet) print_tokenizer_warnings(tok);
+  if (!f.quiet) print_model_warnings(*model);
   std::vector<TokenId> prompt =
       f.has_prompt ? tok.encode(f.prompt, tok.add_bos(), f.special ? SpecialTokens::kParse : SpecialTokens::kAsText)
                    : std::vector<TokenId>{tok.bos_id()};

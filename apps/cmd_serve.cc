@@ -149,6 +149,7 @@ void run(const ServeFlags& f, bool pool_memory_given, bool pool_blocks_given) {
   }
   auto engine = value_or_throw(Engine::create(*model, pool, eo));
   for (const std::string& warning : engine->warnings()) spdlog::warn("{}", warning);
+  for (const std::string& warning : model->config().warnings) spdlog::warn("model: {}", warning);
   for (const std::string& warning : model->tokenizer().warnings()) spdlog::warn("tokenizer: {}", warning);
   auto chat_format = chat::chat_format_for_model(model->file(), model->tokenizer());
   if (!chat_format.ok()) {

@@ -63,6 +63,9 @@ void run(const SynthFlags& f, const CLI::App& cmd) {
   if (cmd.count("--swa-period")) shape.sliding_window_period = f.swa_period;
   if (cmd.count("--rope-base-swa")) shape.rope_freq_base_swa = f.rope_base_swa;
   if (shape.architecture == "gemma3" && shape.sliding_window == 0) shape.sliding_window = 24;  // gemma3-tiny's
+  if (shape.architecture != "gemma3" && shape.architecture != "phi3" && !cmd.count("--sliding-window")) {
+    shape.sliding_window = 0;  // a preset's window belongs to its architecture
+  }
 
   SynthOptions options;
   options.shape = shape;
@@ -87,7 +90,7 @@ CLI::App* add_synth_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("synth", "Write a deterministic random-weight GGUF model");
   cmd->add_option("--out,-o", flags->out, "output GGUF path")->required();
   cmd->add_option("--preset", flags->preset, fmt::format("named shape: {}", fmt::join(synth_preset_names(), ", ")));
-  cmd->add_option("--arch", flags->arch, "architecture: llama | qwen2 | qwen3 | gemma3")->capture_default_str();
+  cmd->add_option("--arch", flags->arch, "architecture: llama | qwen2 | qwen3 | gemma3 | phi3")->capture_default_str();
   cmd->add_option("--type", flags->type, fmt::format("weight type: {}", supported_ggml_type_names()))->capture_default_str();
   cmd->add_option("--layers", flags->layers, "transformer blocks");
   cmd->add_option("--dim", flags->dim, "residual width");
@@ -102,7 +105,7 @@ CLI::App* add_synth_command(CLI::App& app) {
                   "none | linear | yarn | llama3 (rope_freqs tensor) | llama3-metadata (rope_scaling keys)");
   cmd->add_option("--rope-factor", flags->rope_factor, "RoPE scaling factor (context extension)");
   cmd->add_option("--rope-orig-ctx", flags->rope_orig_ctx, "original context length (yarn, llama3)");
-  cmd->add_option("--sliding-window", flags->sliding_window, "gemma3: tokens a local layer sees");
+  cmd->add_option("--sliding-window", flags->sliding_window, "gemma3: tokens a local layer sees; phi3: every layer's window (0 = the key left out)");
   cmd->add_option("--swa-period", flags->swa_period,
                   "gemma3: every N-th layer is global, written as attention.sliding_window_pattern (default: "
                   "left out, Gemma 3's 6)");

@@ -45,6 +45,24 @@ class TensorBinder {
     return WeightMatrix{t->type, t->data, rows, cols, ggml_row_bytes(t->type, cols)};
   }
 
+  // Consecutive row ranges of one [sum of rows, cols] tensor, as views (phi3's fused tensors).
+  std::vector<WeightMatrix> split_rows(const std::string& name, std::initializer_list<int64_t> rows, int64_t cols) {
+    int64_t total = 0;
+    for (int64_t r : rows) total += r;
+    const WeightMatrix whole = matrix(name, total, cols);
+    std::vector<WeightMatrix> parts;
+    int64_t first = 0;
+    for (int64_t r : rows) {
+      if (whole.data == nullptr) {
+        parts.push_back({});
+        continue;
+      }
+      parts.push_back(WeightMatrix{whole.type, whole.data + first * whole.row_bytes, r, cols, whole.row_bytes});
+      first += r;
+    }
+    return parts;
+  }
+
   std::vector<float> vector(const std::string& name, int64_t n) {
     const GgufTensorInfo* t = find(name, {n});
     if (t == nullptr) return {};
@@ -90,9 +108,17 @@ Result<LlamaWeights> LlamaWeights::bind(const GgufFile& file, const ModelConfig&
   for (int l = 0; l < c.num_layers; ++l) {
     LlamaLayerWeights& layer = w.layers[static_cast<size_t>(l)];
     layer.attn_norm = b.vector(names::blk(l, names::kAttnNorm), c.dim);
-    layer.wq = b.matrix(names::blk(l, names::kAttnQ), c.q_dim(), c.dim);
-    layer.wk = b.matrix(names::blk(l, names::kAttnK), c.kv_dim(), c.dim);
-    layer.wv = b.matrix(names::blk(l, names::kAttnV), c.kv_dim(), c.dim);
+    if (c.fused_qkv) {
+      const std::vector<WeightMatrix> qkv =
+          b.split_rows(names::blk(l, names::kAttnQkv), {c.q_dim(), c.kv_dim(), c.kv_dim()}, c.dim);
+      layer.wq = qkv[0];
+      layer.wk = qkv[1];
+      layer.wv = qkv[2];
+    } else {
+      layer.wq = b.matrix(names::blk(l, names::kAttnQ), c.q_dim(), c.dim);
+      layer.wk = b.matrix(names::blk(l, names::kAttnK), c.kv_dim(), c.dim);
+      layer.wv = b.matrix(names::blk(l, names::kAttnV), c.kv_dim(), c.dim);
+    }
     layer.wo = b.matrix(names::blk(l, names::kAttnOutput), c.dim, c.q_dim());
     if (c.has_qkv_bias) {
       layer.bq = b.vector(names::blk(l, names::kAttnQBias), c.q_dim());
@@ -108,8 +134,14 @@ Result<LlamaWeights> LlamaWeights::bind(const GgufFile& file, const ModelConfig&
       layer.post_attn_norm = b.vector(names::blk(l, names::kAttnPostNorm), c.dim);
       layer.post_ffn_norm = b.vector(names::blk(l, names::kFfnPostNorm), c.dim);
     }
-    layer.w_gate = b.matrix(names::blk(l, names::kFfnGate), c.ffn_dim, c.dim);
-    layer.w_up = b.matrix(names::blk(l, names::kFfnUp), c.ffn_dim, c.dim);
+    if (c.fused_gate_up) {
+      const std::vector<WeightMatrix> gate_up = b.split_rows(names::blk(l, names::kFfnUp), {c.ffn_dim, c.ffn_dim}, c.dim);
+      layer.w_gate = gate_up[0];
+      layer.w_up = gate_up[1];
+    } else {
+      layer.w_gate = b.matrix(names::blk(l, names::kFfnGate), c.ffn_dim, c.dim);
+      layer.w_up = b.matrix(names::blk(l, names::kFfnUp), c.ffn_dim, c.dim);
+    }
     layer.w_down = b.matrix(names::blk(l, names::kFfnDown), c.dim, c.ffn_dim);
   }
   KVLM_RETURN_IF_ERROR(b.status());

@@ -15,7 +15,9 @@ namespace names = llama_names;
 // Architectures that share the llama block; qwen2 adds Q/K/V biases and NeoX-style RoPE,
 // qwen3 drops the biases for a per-head RMSNorm of q and k.
 // gemma3 adds q/k norms too, post-norms, GELU, a scaled embedding and sliding-window layers.
-constexpr std::array<std::string_view, 5> kSupportedArchitectures = {"llama", "mistral", "qwen2", "qwen3", "gemma3"};
+// phi3 is the llama block with q/k/v and gate/up each in one tensor, and NeoX RoPE.
+constexpr std::array<std::string_view, 6> kSupportedArchitectures = {"llama", "mistral", "qwen2",
+                                                                     "qwen3", "gemma3",  "phi3"};
 
 // Gemma 3's query_pre_attn_scalar is not in its GGUF files: it is head_dim for every size
 // but 27B (62 layers), whose 168 = dim / heads (5376 / 32), the rule llama.cpp applies too.
@@ -50,7 +52,7 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& file) {
   bool supported = false;
   for (std::string_view a : kSupportedArchitectures) supported |= (a == c.architecture);
   if (!supported) {
-    return Status::errorf("{}: architecture '{}' is not supported (supported: llama, mistral, qwen2, qwen3, gemma3)", file.name(),
+    return Status::errorf("{}: architecture '{}' is not supported (supported: llama, mistral, qwen2, qwen3, gemma3, phi3)", file.name(),
                           c.architecture);
   }
   if (auto name = file.get_string(names::kName); name.ok()) c.name = *name;
@@ -96,15 +98,29 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& file) {
     if (rotary_dim % 2 != 0) return Status::errorf("{}: rope.dimension_count must be even", file.name());
   }
   const bool gemma3 = arch == "gemma3";
-  const RopeStyle style = arch == "qwen2" || arch == "qwen3" || gemma3 ? RopeStyle::kNeox : RopeStyle::kNormal;
+  const bool phi3 = arch == "phi3";
+  const RopeStyle style =
+      arch == "qwen2" || arch == "qwen3" || gemma3 || phi3 ? RopeStyle::kNeox : RopeStyle::kNormal;
+  if (phi3 && (file.find_tensor(names::kRopeFactorsLong) != nullptr ||
+               file.find_tensor(names::kRopeFactorsShort) != nullptr)) {
+    return Status::errorf("{}: phi3 LongRoPE ({} / {}, the 128k-context files) is not supported", file.name(),
+                          names::kRopeFactorsLong, names::kRopeFactorsShort);
+  }
   KVLM_ASSIGN_OR_RETURN(RopeConfig rope, read_rope_config(file, arch, c.head_dim, rotary_dim, style));
   c.rope = std::move(rope.params);
   c.rope_scaling = rope.scaling;
   c.rope_scaling_factor = rope.scaling_factor;
   c.has_qkv_bias = file.find_tensor(names::blk(0, names::kAttnQBias)) != nullptr;
+  c.fused_qkv = file.find_tensor(names::blk(0, names::kAttnQkv)) != nullptr;
+  c.fused_gate_up = phi3;
   c.has_qk_norm = arch == "qwen3" || gemma3;
   c.attention_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
   KVLM_ASSIGN_OR_RETURN(c.sliding_window, read_sliding_window(file, arch, c.num_layers));
+  if (const GgufValue* window = file.find(names::key(arch, names::kSlidingWindow)); phi3 && window != nullptr) {
+    c.warnings.push_back(fmt::format("'{}' = {} is not applied: every phi3 layer attends to the whole context, as "
+                                     "in llama.cpp",
+                                     names::key(arch, names::kSlidingWindow), window->to_display_string()));
+  }
   if (gemma3) {
     c.embedding_scale = std::sqrt(static_cast<float>(c.dim));
     c.has_post_norms = true;

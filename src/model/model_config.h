@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "model/rope_scaling.h"
@@ -16,7 +17,7 @@ class GgufFile;
 enum class FfnActivation { kSilu, kGeluTanh };
 
 struct ModelConfig {
-  std::string architecture;  // "llama", "mistral", "qwen2", "qwen3", "gemma3"
+  std::string architecture;  // "llama", "mistral", "qwen2", "qwen3", "gemma3", "phi3"
   std::string name;          // general.name, may be empty
   int num_layers = 0;
   int dim = 0;               // residual stream width
@@ -31,8 +32,12 @@ struct ModelConfig {
   RopeScalingKind rope_scaling = RopeScalingKind::kNone;  // how `rope` was scaled, for inspect
   float rope_scaling_factor = 1.0f;
   bool has_qkv_bias = false; // qwen2
+  bool fused_qkv = false;     // phi3: attn_qkv holds q, k and v rows (read as three views)
+  bool fused_gate_up = false; // phi3: ffn_up holds the gate rows, then the up rows
   bool has_qk_norm = false;  // qwen3: per-head RMSNorm of q and k before RoPE
   bool tied_output = false;  // output projection shares token_embd
+  // What the file states that kvlm reads differently, for the user (printed at load by the CLI).
+  std::vector<std::string> warnings;
   // gemma3: the embedding row is scaled by sqrt(dim), attention and FFN outputs are RMS-normed
   // (post_attention_norm, post_ffw_norm) before the residual add, and the FFN gate is GELU.
   float embedding_scale = 1.0f;

@@ -53,7 +53,7 @@ SynthShape llama3_scaled(SynthShape s, float factor) {
   return s;
 }
 
-SynthShape gemma3_window(SynthShape s, int window) {
+SynthShape with_window(SynthShape s, int window) {
   s.sliding_window = window;
   return s;
 }
@@ -74,10 +74,15 @@ const std::vector<NamedPreset>& presets() {
       {"qwen3-tiny", make_shape("qwen3", 2, 64, 4, 2, 32, 128, 512, 256, 1000000.0f, 1e-6f, true, false)},
       {"qwen3-0.6b", make_shape("qwen3", 28, 1024, 16, 8, 128, 3072, 151936, 40960, 1000000.0f, 1e-6f, true, false)},
       // Gemma 3: 6 layers so one is global (layer 5); a window of 24 crosses 16-token blocks.
-      {"gemma3-tiny", gemma3_window(make_shape("gemma3", 6, 64, 4, 2, 32, 128, 512, 256, 1000000.0f, 1e-6f, true,
+      // Phi-3: q/k/v and gate/up fused; Phi-3-mini's shapes (4k context; its window of 2047).
+      {"phi3-tiny", make_shape("phi3", 2, 64, 4, 4, 16, 128, 512, 256, 10000.0f, 1e-5f, false, false)},
+      {"phi-3-mini", with_window(make_shape("phi3", 32, 3072, 32, 32, 96, 8192, 32064, 4096, 10000.0f, 1e-5f, false,
+                                              false),
+                                   2047)},
+      {"gemma3-tiny", with_window(make_shape("gemma3", 6, 64, 4, 2, 32, 128, 512, 256, 1000000.0f, 1e-6f, true,
                                                false),
                                     24)},
-      {"gemma-3-1b", gemma3_window(make_shape("gemma3", 26, 1152, 4, 1, 256, 6912, 262144, 32768, 1000000.0f, 1e-6f,
+      {"gemma-3-1b", with_window(make_shape("gemma3", 26, 1152, 4, 1, 256, 6912, 262144, 32768, 1000000.0f, 1e-6f,
                                               true, false),
                                    512)},
   };
@@ -211,15 +216,19 @@ int64_t SynthShape::num_parameters() const {
 }
 
 Status SynthShape::validate() const {
-  if (architecture != "llama" && architecture != "qwen2" && architecture != "qwen3" && architecture != "gemma3") {
-    return Status::errorf("synth shape: architecture '{}' is not supported (llama, qwen2, qwen3, gemma3)",
+  if (architecture != "llama" && architecture != "qwen2" && architecture != "qwen3" && architecture != "gemma3" &&
+      architecture != "phi3") {
+    return Status::errorf("synth shape: architecture '{}' is not supported (llama, qwen2, qwen3, gemma3, phi3)",
                           architecture);
   }
   if (architecture == "gemma3" && sliding_window <= 0) {
     return Status::errorf("synth shape: gemma3 needs a sliding window (got {})", sliding_window);
   }
-  if (architecture != "gemma3" && (sliding_window != 0 || sliding_window_period != 0)) {
-    return Status::errorf("synth shape: a sliding window is a gemma3 feature, not {}'s", architecture);
+  if (architecture != "gemma3" && architecture != "phi3" && (sliding_window != 0 || sliding_window_period != 0)) {
+    return Status::errorf("synth shape: a sliding window is a gemma3 or phi3 feature, not {}'s", architecture);
+  }
+  if (architecture == "phi3" && sliding_window_period != 0) {
+    return Status::errorf("synth shape: phi3's window covers every layer; no period");
   }
   if (sliding_window_period < 0 || sliding_window_period > num_layers + 1) {
     return Status::errorf("synth shape: sliding_window_period = {} is out of range [0, {}]", sliding_window_period,
@@ -288,7 +297,19 @@ Status synthesize_model(const SynthOptions& options) {
   }
   if (options.out_path.empty()) return Status::error("synth: no output path given");
   if (options.num_threads < 0) return Status::errorf("synth: num_threads = {} must be >= 0", options.num_threads);
-  KVLM_ASSIGN_OR_RETURN(const SpmVocab vocab, make_synthetic_vocab(s.vocab_size));
+  KVLM_ASSIGN_OR_RETURN(SpmVocab vocab, make_synthetic_vocab(s.vocab_size));
+  if (s.architecture == "phi3") {
+    // Phi-3's chat tokens, which llama.cpp's loader looks up for this architecture: in place of
+    // the last pieces, as control tokens.
+    const char* kPhi3Tokens[] = {"<|endoftext|>", "<|assistant|>", "<|system|>", "<|end|>", "<|user|>"};
+    size_t at = vocab.tokens.size() - std::size(kPhi3Tokens);
+    for (const char* token : kPhi3Tokens) {
+      vocab.tokens[at] = token;
+      vocab.scores[at] = 0.0f;
+      vocab.token_types[at] = static_cast<int32_t>(TokenType::kControl);
+      ++at;
+    }
+  }
 
   const std::string& arch = s.architecture;
   GgufWriter w;
@@ -320,6 +341,9 @@ Status synthesize_model(const SynthOptions& options) {
     w.set_f32(names::key(arch, names::kRopeLowFreqFactor), rs.low_freq_factor);
     w.set_f32(names::key(arch, names::kRopeHighFreqFactor), rs.high_freq_factor);
   }
+  if (arch == "phi3" && s.sliding_window > 0) {
+    w.set_u32(names::key(arch, names::kSlidingWindow), static_cast<uint32_t>(s.sliding_window));
+  }
   if (arch == "gemma3") {
     w.set_u32(names::key(arch, names::kSlidingWindow), static_cast<uint32_t>(s.sliding_window));
     if (s.sliding_window_period > 0) {
@@ -347,9 +371,13 @@ Status synthesize_model(const SynthOptions& options) {
   if (!s.tied_output) gen.matrix(names::kOutput, s.vocab_size, s.dim, embedding);
   for (int l = 0; l < s.num_layers; ++l) {
     gen.vector(names::blk(l, names::kAttnNorm), s.dim, norm);
-    gen.matrix(names::blk(l, names::kAttnQ), s.q_dim(), s.dim, {0.0f, fan_in_std(s.dim)});
-    gen.matrix(names::blk(l, names::kAttnK), s.kv_dim(), s.dim, {0.0f, fan_in_std(s.dim)});
-    gen.matrix(names::blk(l, names::kAttnV), s.kv_dim(), s.dim, {0.0f, fan_in_std(s.dim)});
+    if (arch == "phi3") {  // q, k and v stacked in one tensor, as phi3's converter writes them
+      gen.matrix(names::blk(l, names::kAttnQkv), s.q_dim() + 2 * s.kv_dim(), s.dim, {0.0f, fan_in_std(s.dim)});
+    } else {
+      gen.matrix(names::blk(l, names::kAttnQ), s.q_dim(), s.dim, {0.0f, fan_in_std(s.dim)});
+      gen.matrix(names::blk(l, names::kAttnK), s.kv_dim(), s.dim, {0.0f, fan_in_std(s.dim)});
+      gen.matrix(names::blk(l, names::kAttnV), s.kv_dim(), s.dim, {0.0f, fan_in_std(s.dim)});
+    }
     if (s.qkv_bias) {
       gen.vector(names::blk(l, names::kAttnQBias), s.q_dim(), bias);
       gen.vector(names::blk(l, names::kAttnKBias), s.kv_dim(), bias);
@@ -362,8 +390,12 @@ Status synthesize_model(const SynthOptions& options) {
     gen.matrix(names::blk(l, names::kAttnOutput), s.dim, s.q_dim(), {0.0f, residual_std(s.q_dim())});
     if (arch == "gemma3") gen.vector(names::blk(l, names::kAttnPostNorm), s.dim, norm);
     gen.vector(names::blk(l, names::kFfnNorm), s.dim, norm);
-    gen.matrix(names::blk(l, names::kFfnGate), s.ffn_dim, s.dim, {0.0f, fan_in_std(s.dim)});
-    gen.matrix(names::blk(l, names::kFfnUp), s.ffn_dim, s.dim, {0.0f, fan_in_std(s.dim)});
+    if (arch == "phi3") {  // gate rows, then up rows, in one tensor
+      gen.matrix(names::blk(l, names::kFfnUp), 2 * s.ffn_dim, s.dim, {0.0f, fan_in_std(s.dim)});
+    } else {
+      gen.matrix(names::blk(l, names::kFfnGate), s.ffn_dim, s.dim, {0.0f, fan_in_std(s.dim)});
+      gen.matrix(names::blk(l, names::kFfnUp), s.ffn_dim, s.dim, {0.0f, fan_in_std(s.dim)});
+    }
     gen.matrix(names::blk(l, names::kFfnDown), s.dim, s.ffn_dim, {0.0f, residual_std(s.ffn_dim)});
     if (arch == "gemma3") gen.vector(names::blk(l, names::kFfnPostNorm), s.dim, norm);
   }

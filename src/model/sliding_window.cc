@@ -26,6 +26,7 @@ Result<SlidingWindowConfig> read_sliding_window(const GgufFile& file, const std:
   const std::string window_key = names::key(arch, names::kSlidingWindow);
   const std::string pattern_key = names::key(arch, names::kSlidingWindowPattern);
   const GgufValue* window = file.find(window_key);
+  if (arch == "phi3") return config;  // the caller warns: llama.cpp runs phi3 without its window too
   if (arch != "gemma3") {
     if (window != nullptr) {
       return Status::errorf("{}: '{}' is set, but kvlm runs every '{}' layer as full attention; refusing rather "

@@ -34,7 +34,8 @@ std::vector<uint8_t> local_layers_from_period(int period, int num_layers);
 // Reads "<arch>.attention.sliding_window" and "<arch>.attention.sliding_window_pattern" (a
 // period, or one bool/int per layer, 1 = local). gemma3 requires the window and defaults the
 // pattern to kGemma3SlidingWindowPeriod; other architectures kvlm runs have no local layers
-// (a file that names a window for them is refused, since kvlm would not apply it).
+// (a file that names a window for them is refused, since kvlm would not apply it), except phi3,
+// whose window (Phi-3-mini's 2047) llama.cpp does not apply either: none, and ModelConfig warns.
 Result<SlidingWindowConfig> read_sliding_window(const GgufFile& file, const std::string& arch, int num_layers);
 
 // Makes `options` keep only the windows of the local layers (KvStorageOptions::local_layers):

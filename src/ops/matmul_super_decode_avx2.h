@@ -220,14 +220,17 @@ struct SuperIq4Xs {  // d, scales_h (u16), scales_l[4], qs[128]; value = d·(ls 
     uint16_t h;
     std::memcpy(&h, b + 2, 2);
     const uint32_t l = load_u32(b + 4);
-    // Sub-block s: low nibble s % 2 of scales_l[s / 2], bits 2s, 2s+1 of scales_h.
-    uint64_t packed = 0;
-    for (int s = 0; s < 8; ++s) {
-      const uint64_t ls = ((l >> (4 * s)) & 15) | ((h >> (2 * s)) & 3) << 4;
-      packed |= ls << (8 * s);
-    }
+    // Sub-block s: low nibble s % 2 of scales_l[s / 2], bits 2s, 2s+1 of scales_h. Nibbles go
+    // to bytes by interleaving l with l >> 4; the 2-bit fields of h by halving spreads in a u64.
+    const __m128i lv = _mm_cvtsi32_si128(static_cast<int>(l));
+    const __m128i low = _mm_and_si128(_mm_unpacklo_epi8(lv, _mm_srli_epi16(lv, 4)), _mm_set1_epi8(15));
+    uint64_t high = h;
+    high = (high | high << 24) & 0x000000ff000000ffull;
+    high = (high | high << 12) & 0x000f000f000f000full;
+    high = (high | high << 6) & 0x0303030303030303ull;
+    const __m128i packed = _mm_or_si128(low, _mm_cvtsi64_si128(static_cast<int64_t>(high << 4)));
     SuperScales s;
-    s.k16 = _mm256_sub_epi16(widen_pairs(_mm_cvtsi64_si128(static_cast<int64_t>(packed))), _mm256_set1_epi16(32));
+    s.k16 = _mm256_sub_epi16(widen_pairs(packed), _mm256_set1_epi16(32));
     s.mn16 = _mm256_setzero_si256();
     s.d = half(b);
     s.dmin = 0.0f;
@@ -238,14 +241,17 @@ struct SuperIq4Xs {  // d, scales_h (u16), scales_l[4], qs[128]; value = d·(ls 
   template <int P>
   static void values(const uint8_t* b, __m256i& v0, __m256i& v1) {
     using namespace super_decode;
-    const __m256i q = load256(b + 8 + 32 * P);
+    // Each 16 code bytes are broadcast to both lanes (a load, no shuffle port) and the upper
+    // lane shifted to its high nibbles, so no cross-lane permute is needed.
     const __m256i m4 = _mm256_set1_epi8(15);
-    const __m256i lo = _mm256_and_si256(q, m4);
-    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-    const __m128i grid = load128(reinterpret_cast<const uint8_t*>(kIq4Values));
-    const __m256i grid2 = _mm256_set_m128i(grid, grid);
-    v0 = _mm256_shuffle_epi8(grid2, _mm256_permute2x128_si256(lo, hi, 0x20));
-    v1 = _mm256_shuffle_epi8(grid2, _mm256_permute2x128_si256(lo, hi, 0x31));
+    const __m256i lane_shift = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
+    const __m256i grid2 = _mm256_broadcastsi128_si256(load128(reinterpret_cast<const uint8_t*>(kIq4Values)));
+    auto sub_block = [&](const uint8_t* q) {
+      const __m256i both = _mm256_broadcastsi128_si256(load128(q));
+      return _mm256_shuffle_epi8(grid2, _mm256_and_si256(_mm256_srlv_epi32(both, lane_shift), m4));
+    };
+    v0 = sub_block(b + 8 + 32 * P);
+    v1 = sub_block(b + 8 + 32 * P + 16);
   }
 };
 

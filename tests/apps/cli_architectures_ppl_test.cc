@@ -104,7 +104,10 @@ INSTANTIATE_TEST_SUITE_P(
                       ArchCase{"gemma3_period3", "--preset gemma3-tiny --swa-period 3"},
                       ArchCase{"gemma3_local_base", "--preset gemma3-tiny --rope-base-swa 500"},
                       ArchCase{"gemma3_linear", "--preset gemma3-tiny --rope-scaling linear --rope-factor 8"},
-                      ArchCase{"gemma3_mqa_7_layers", "--preset gemma3-tiny --layers 7 --kv-heads 1 --swa-period 4"}),
+                      ArchCase{"gemma3_mqa_7_layers", "--preset gemma3-tiny --layers 7 --kv-heads 1 --swa-period 4"},
+                      // phi3: fused q/k/v and gate/up; a stated window that neither engine applies.
+                      ArchCase{"phi3", "--preset phi3-tiny"},
+                      ArchCase{"phi3_gqa_window", "--preset phi3-tiny --kv-heads 2 --sliding-window 5"}),
     [](const auto& info) { return info.param.name; });
 
 // Today's silent error, fixed: a model with rope_freqs.weight gives llama.cpp's perplexity, not

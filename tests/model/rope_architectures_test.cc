@@ -31,6 +31,12 @@ SynthShape shape_named(const std::string& variant) {
   SynthShape s = *synth_preset("tiny-gqa");
   s.head_dim = 32;  // 16 rotated pairs: YaRN's ramp and Llama 3's blend each cover several
   if (variant == "qwen3") return *synth_preset("qwen3-tiny");
+  if (variant == "phi3") return *synth_preset("phi3-tiny");
+  if (variant == "phi3-gqa") {
+    SynthShape p = *synth_preset("phi3-tiny");
+    p.num_kv_heads = 2;
+    return p;
+  }
   if (variant == "llama3") s.rope_scaling = {"llama3", 8.0f, 64, 1.0f, 4.0f};
   if (variant == "llama3-metadata") s.rope_scaling = {"llama3-metadata", 8.0f, 64, 1.0f, 4.0f};
   if (variant == "yarn") s.rope_scaling = {"yarn", 4.0f, 64, 1.0f, 4.0f};
@@ -75,7 +81,8 @@ TEST_P(RopeArchitectureForwardTest, EveryStepMatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, RopeArchitectureForwardTest,
-                         ::testing::Combine(::testing::Values("qwen3", "llama3", "llama3-metadata", "yarn", "linear"),
+                         ::testing::Combine(::testing::Values("qwen3", "phi3", "phi3-gqa", "llama3", "llama3-metadata", "yarn",
+                                                              "linear"),
                                             ::testing::Values(1, 16)),
                          [](const auto& info) {
                            std::string name = std::get<0>(info.param) + "_block" + std::to_string(std::get<1>(info.param));
@@ -160,6 +167,36 @@ TEST(RopeScaling, FrequencyFactorsChangeTheModel) {
 std::string with_metadata(const std::string& variant, const std::function<void(GgufWriter&)>& edit) {
   const std::string src = synth_file(variant);
   return testing::rewrite_gguf_metadata(src, src + ".edited.gguf", edit);
+}
+
+// phi3: q/k/v and gate/up read as row views of the fused tensors; the window its files state
+// is not applied (as llama.cpp does not), which the config says in a warning.
+TEST(Phi3Config, FusedTensorsWindowWarningAndLongRopeError) {
+  auto m = LlamaModel::load(synth_file("phi3-gqa"));
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  const ModelConfig& c = (*m)->config();
+  EXPECT_TRUE(c.fused_qkv);
+  EXPECT_TRUE(c.fused_gate_up);
+  EXPECT_EQ(c.rope.style, RopeStyle::kNeox);
+  const LlamaLayerWeights& l = (*m)->weights().layers[1];
+  EXPECT_EQ(l.wq.rows, 64);
+  EXPECT_EQ(l.wk.rows, 32);
+  EXPECT_EQ(l.wv.data, l.wk.data + 32 * l.wk.row_bytes);  // views into one tensor, in q, k, v order
+  EXPECT_EQ(l.w_up.data, l.w_gate.data + 128 * l.w_gate.row_bytes);
+  EXPECT_TRUE(c.warnings.empty());
+  const std::string src = synth_file("phi3");
+  auto windowed = LlamaModel::load(testing::rewrite_gguf_metadata(
+      src, src + ".window.gguf", [](GgufWriter& w) { w.set_u32("phi3.attention.sliding_window", 2047); }));
+  ASSERT_TRUE(windowed.ok()) << windowed.status().message();
+  EXPECT_FALSE((*windowed)->config().sliding_window.any());
+  ASSERT_EQ((*windowed)->config().warnings.size(), 1u);
+  EXPECT_NE((*windowed)->config().warnings[0].find("'phi3.attention.sliding_window' = 2047 is not applied"),
+            std::string::npos);
+  auto longrope = LlamaModel::load(testing::rewrite_gguf_metadata(src, src + ".longrope.gguf", [](GgufWriter& w) {
+    w.add_tensor("rope_factors_long.weight", GgmlType::kF32, {8}, std::vector<uint8_t>(32, 0));
+  }));
+  ASSERT_FALSE(longrope.ok());
+  EXPECT_NE(longrope.status().message().find("phi3 LongRoPE"), std::string::npos) << longrope.status().message();
 }
 
 TEST(RopeScaling, WhatKvlmCannotRunIsAnErrorNamingIt) {
