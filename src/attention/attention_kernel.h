@@ -27,7 +27,8 @@ struct AttentionWork {
   int group_size = 0;        // query heads per kv head
   const float* q = nullptr;  // [num_queries, num_heads, head_dim]
   float scale = 0.0f;
-  int sliding_window = 0;  // PagedAttentionArgs::sliding_window: 0, or each query sees its last this many tokens
+  // Each query's first visible token (PagedAttentionArgs::sliding_window or query_first_token), or nullptr.
+  const int32_t* query_first_token = nullptr;  // [num_queries]
   // When set, every task also writes the scaled score q·k of each token its rows see into
   // row (query * num_heads + head), column token: what attention weights are computed from
   // once the rows' softmax maxima and sums are known (H2O, SnapKV). Tokens no row sees are

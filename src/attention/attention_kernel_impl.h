@@ -342,8 +342,8 @@ struct AttentionKernel {
     const int end = row_end(num_rows - 1);
     // Under a sliding window, row r's first visible token; it never decreases with r either.
     auto row_begin = [&](int r) {
-      if (w.sliding_window <= 0) return task.token_begin;
-      return max_int(task.token_begin, first_query_pos + task.query_begin + r / G - w.sliding_window + 1);
+      if (w.query_first_token == nullptr) return task.token_begin;
+      return max_int(task.token_begin, w.query_first_token[task.query_begin + r / G]);
     };
     const int begin = row_begin(0);
 

@@ -24,6 +24,9 @@ void check_args(const PagedAttentionArgs& a, std::span<float> token_weights) {
   KVLM_CHECK(a.layer >= 0 && a.layer < layout.num_layers, "accumulate_attention_weights: layer {} out of range [0, {})",
              a.layer, layout.num_layers);
   KVLM_CHECK(a.num_queries >= 1, "accumulate_attention_weights: num_queries {} < 1", a.num_queries);
+  // Full-context layers only: it reads the table as block ids and knows no per-query first token.
+  KVLM_CHECK(a.sliding_window == 0 && a.query_first_token == nullptr && !a.storage->is_local_layer(a.layer),
+             "accumulate_attention_weights: sliding-window layers are not supported (layer {})", a.layer);
   KVLM_CHECK(a.num_context_tokens >= a.num_queries,
              "accumulate_attention_weights: {} context tokens cannot include {} queries", a.num_context_tokens,
              a.num_queries);

@@ -55,12 +55,29 @@ void check_args(const PagedAttentionArgs& a) {
              a.num_sink_tokens, a.window_begin, a.num_context_tokens - a.num_queries);
   KVLM_CHECK(a.sliding_window >= 0, "paged_attention: sliding window {} < 0", a.sliding_window);
   KVLM_CHECK(a.sliding_window == 0 || (a.num_sink_tokens == 0 && a.window_begin == 0 && a.q_sink == nullptr &&
-                                       a.token_weights == nullptr),
-             "paged_attention: a sliding window does not combine with sinks, window_begin or token weights");
-  // Under a sliding window the blocks before the first query's window are never read.
-  const int first_read_token =
-      a.sliding_window > 0 ? std::max(0, a.num_context_tokens - a.num_queries - a.sliding_window + 1) : 0;
-  for (int i = first_read_token / layout.block_size; i < needed_blocks; ++i) {
+                                       a.token_weights == nullptr && a.query_first_token == nullptr),
+             "paged_attention: a sliding window does not combine with sinks, window_begin, token weights or "
+             "query_first_token");
+  const int first_query_pos = a.num_context_tokens - a.num_queries;
+  if (a.query_first_token != nullptr) {
+    for (int i = 0; i < a.num_queries; ++i) {
+      const int f = a.query_first_token[i];
+      KVLM_CHECK(f >= 0 && f <= first_query_pos + i && (i == 0 || f >= a.query_first_token[i - 1]),
+                 "paged_attention: query {} first token {} must lie in [previous query's, {}]", i, f,
+                 first_query_pos + i);
+    }
+  }
+  // Blocks no query reads may be -1: before the first query's first token (sinks aside), and
+  // wholly inside the evicted range [num_sink_tokens, window_begin).
+  int first_read_token =
+      a.sliding_window > 0 ? std::max(0, first_query_pos - a.sliding_window + 1) : 0;
+  if (a.query_first_token != nullptr) {
+    const int f0 = a.query_first_token[0];
+    first_read_token = f0 < a.num_sink_tokens ? f0 : std::max(f0, a.window_begin);
+  }
+  const int bs = layout.block_size;
+  for (int i = first_read_token / bs; i < needed_blocks; ++i) {
+    if (i * bs >= a.num_sink_tokens && (i + 1) * bs <= a.window_begin) continue;  // evicted, unread
     KVLM_CHECK(a.block_table[i] >= 0 && a.block_table[i] < a.storage->num_blocks(a.layer),
                "paged_attention: block_table[{}] = {} outside the storage's {} blocks", i, a.block_table[i],
                a.storage->num_blocks(a.layer));
@@ -199,6 +216,7 @@ PagedAttentionArgs query_slice(const PagedAttentionArgs& a, int begin, int end) 
   s.q = a.q + static_cast<size_t>(begin) * row;
   s.out = a.out + static_cast<size_t>(begin) * row;
   s.q_sink = a.q_sink != nullptr ? a.q_sink + static_cast<size_t>(begin) * row : nullptr;
+  s.query_first_token = a.query_first_token != nullptr ? a.query_first_token + begin : nullptr;
   s.first_weight_query = std::max(0, a.first_weight_query - begin);
   return s;
 }
@@ -265,7 +283,18 @@ void run_attention(const PagedAttentionArgs& args, ThreadPool& pool, AttentionIs
   work.group_size = args.num_heads / layout.num_kv_heads;
   work.q = args.q;
   work.scale = args.scale;
-  work.sliding_window = args.sliding_window;
+  // A sliding window is each query's first token, p - W + 1.
+  const int first_query_pos = args.num_context_tokens - args.num_queries;
+  const int W = args.sliding_window;
+  thread_local std::vector<int32_t> window_firsts;
+  if (W > 0) {
+    window_firsts.resize(static_cast<size_t>(args.num_queries));
+    for (int i = 0; i < args.num_queries; ++i) window_firsts[static_cast<size_t>(i)] = std::max(0, first_query_pos + i - W + 1);
+    work.query_first_token = window_firsts.data();
+  } else {
+    work.query_first_token = args.query_first_token;
+  }
+  const int32_t* firsts = work.query_first_token;
   const AttentionKernelFn kernel =
       select_kernel(resolve_attention_isa(isa, layout.head_dim), storage.k_type(), storage.v_type());
   KVLM_CHECK(kernel != nullptr, "no attention kernel for K {} / V {}", kv_type_name(storage.k_type()),
@@ -277,13 +306,13 @@ void run_attention(const PagedAttentionArgs& args, ThreadPool& pool, AttentionIs
   AttentionWork sink_work = work;
   if (args.q_sink != nullptr) sink_work.q = args.q_sink;
   const int num_sinks = std::min(args.num_sink_tokens, args.num_context_tokens);
-  const bool split_sinks = num_sinks > 0 && (args.window_begin > num_sinks || args.q_sink != nullptr);
+  // Sinks wholly before every query's first token are not visited at all.
+  const bool sinks_seen = num_sinks > 0 && (firsts == nullptr || firsts[0] < num_sinks);
+  const bool split_sinks = sinks_seen && (args.window_begin > num_sinks || args.q_sink != nullptr);
   // Without a sink chunk, either there are no sinks (the window alone may start late) or
   // the window starts at or before their end (nothing is hidden).
-  int window_begin = split_sinks ? std::max(args.window_begin, num_sinks) : (num_sinks > 0 ? 0 : args.window_begin);
-  const int first_query_pos = args.num_context_tokens - args.num_queries;
-  const int W = args.sliding_window;
-  if (W > 0) window_begin = std::max(0, first_query_pos - W + 1);  // what the first query sees
+  int window_begin = split_sinks ? std::max(args.window_begin, num_sinks) : (sinks_seen ? 0 : args.window_begin);
+  if (firsts != nullptr) window_begin = std::max(window_begin, firsts[0]);  // what the first query sees
   const int sink_chunks = split_sinks ? 1 : 0;
 
   // The split depends on shapes only, so every thread count computes the same sums.
@@ -349,8 +378,7 @@ void run_attention(const PagedAttentionArgs& args, ThreadPool& pool, AttentionIs
     } else {
       const int window_chunk = chunk - sink_chunks;
       // Under a sliding window a later query tile starts later: its first query's window.
-      const int tile_begin =
-          W > 0 ? std::max(window_begin, first_query_pos + task.query_begin - W + 1) : window_begin;
+      const int tile_begin = firsts != nullptr ? std::max(window_begin, firsts[task.query_begin]) : window_begin;
       const int window_len = visible_end - tile_begin;
       const int chunk_len = ceil_div(ceil_div(window_len, window_chunks), kChunkAlign) * kChunkAlign;
       task.token_begin = std::min(visible_end, tile_begin + window_chunk * chunk_len);

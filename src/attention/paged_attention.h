@@ -40,6 +40,12 @@ struct PagedAttentionArgs {
   // Table entries of blocks wholly before the first query's window are never read (they may be
   // -1: the cache released them). Not combined with sinks, window_begin or token weights.
   int sliding_window = 0;
+  // The general form (local layers under token eviction, where slots are not positions): query
+  // i sees only tokens from query_first_token[i] on, besides what the rest of these arguments
+  // allow. Non-decreasing, each at most its query's own token. Table entries of blocks no query
+  // reads (wholly before the first query's first token, sink blocks included; wholly inside the
+  // evicted range [num_sink_tokens, window_begin)) may be -1. Not combined with sliding_window.
+  const int32_t* query_first_token = nullptr;  // [num_queries] or nullptr
 
   // When set, the softmax weight that each query of [first_weight_query, num_queries) gives each
   // token, summed over those queries and all heads, is added to token_weights[token] (H2O,

@@ -39,7 +39,8 @@ std::vector<float> reference_attention(const ReferenceAttentionArgs& a) {
     const int pos = first_query_pos + i;
     auto visible = [&](int t) {
       return t <= pos && (t < a.num_sink_tokens || t >= a.window_begin) &&
-             (a.sliding_window <= 0 || pos - t < a.sliding_window);
+             (a.sliding_window <= 0 || pos - t < a.sliding_window) &&
+             (a.query_first_token == nullptr || t >= a.query_first_token[i]);
     };
     for (int h = 0; h < a.num_heads; ++h) {
       const int kvh = h / group;

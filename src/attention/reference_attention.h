@@ -1,6 +1,7 @@
 // reference_attention: plain causal attention over contiguous K/V in double; the oracle for the paged kernels.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 namespace kvlm {
@@ -29,6 +30,8 @@ struct ReferenceAttentionArgs {
   const float* q_sink = nullptr;  // [num_queries, num_heads, head_dim] or nullptr
   // Sliding-window attention: query at p also needs p - t < sliding_window (0 = no limit).
   int sliding_window = 0;
+  // The general form: query i also needs t >= query_first_token[i] (nullptr = no limit).
+  const int32_t* query_first_token = nullptr;  // [num_queries]
 
   // Score with the integer queries the kernels use over int8 and int4 keys
   // (query_rounding.h): each scaled (query, head) row rounded to integers × one step.

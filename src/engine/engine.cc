@@ -72,15 +72,11 @@ Result<std::unique_ptr<Engine>> Engine::create(LlamaModel& model, ThreadPool& po
   EngineOptions engine_options = options;
   std::vector<std::string> warnings;
   if (c.sliding_window.any()) {
-    // Local layers keep only their windows; such blocks are never shared (yet), so no prefix cache.
-    keep_local_windows(c.sliding_window, options.block_size, options.max_seqs, options.max_batch_tokens,
+    // Local layers keep only the windows of the running sequences, plus one sequence's worth:
+    // a compaction pins its destinations before its sources let go, and the spare slots keep
+    // finished windows for prefix-cache hits.
+    keep_local_windows(c.sliding_window, options.block_size, options.max_seqs + 1, options.max_batch_tokens,
                        options.num_blocks, storage_options);
-    if (options.prefix_caching) {
-      engine_options.prefix_caching = false;
-      warnings.push_back(fmt::format("prefix caching is off: '{}' has sliding-window layers, whose blocks kvlm "
-                                     "does not share between requests yet",
-                                     c.architecture));
-    }
   }
   KVLM_ASSIGN_OR_RETURN(std::unique_ptr<KvStorage> storage,
                         KvStorage::create(layout, options.k_type, options.v_type, options.num_blocks, storage_options));
@@ -104,6 +100,8 @@ Engine::Engine(LlamaModel& model, ThreadPool& pool, const EngineOptions& options
   metrics_.blocks_total = options.num_blocks;
   metrics_.blocks_free = options.num_blocks;
   metrics_.bytes_per_block = storage_->bytes_per_block();
+  metrics_.local_slots_total = storage_->num_local_slots();
+  metrics_.local_bytes_per_slot = storage_->local_bytes_per_block();
 }
 
 Engine::~Engine() { stop(); }
@@ -131,10 +129,6 @@ Result<RequestId> Engine::submit(RequestOptions request, TokenCallback on_event)
     }
   }
   if (Status s = validate_eviction_options(request.eviction); !s.ok()) return reject(s);
-  if (config.sliding_window.any() && request.eviction.policy != EvictionPolicy::kNone) {
-    return reject(Status::errorf("token eviction ({}) does not combine with the sliding-window layers of '{}' yet",
-                                 eviction_policy_name(request.eviction.policy), config.architecture));
-  }
   if (Status s = request.sampler.validate(); !s.ok()) return reject(s);
   if (request.max_tokens < 0) return reject(Status::errorf("max_tokens {} must be >= 0", request.max_tokens));
   const int num_prompt = static_cast<int>(request.prompt.size());
@@ -269,6 +263,20 @@ void Engine::preempt(EngineRequest& r) {
   ++metrics_.preemptions;
 }
 
+int Engine::local_window_cached(std::span<const BlockId> hits) const {
+  if (!storage_->has_local_layers()) return static_cast<int>(hits.size());
+  // A new token at position P = k blocks sees positions > P - window on the local layers.
+  const int64_t bs = options_.block_size;
+  const int64_t window = model_.config().sliding_window.window;
+  for (int k = static_cast<int>(hits.size()); k > 0; --k) {
+    const int first = static_cast<int>(std::max<int64_t>(0, k * bs - window + 1) / bs);
+    bool cached = true;
+    for (int j = first; j < k && cached; ++j) cached = storage_->local_block_cached(hits[static_cast<size_t>(j)]);
+    if (cached) return k;
+  }
+  return 0;
+}
+
 void Engine::admit(EngineRequest& r) {
   r.sequence = std::make_unique<EvictingSequence>(model_, cache_, *storage_, r.options.eviction);
   const EvictionPolicy policy = r.options.eviction.policy;
@@ -284,8 +292,9 @@ void Engine::admit(EngineRequest& r) {
     int max_blocks = (static_cast<int>(r.tokens.size()) - 1) / bs;  // the last token is always computed
     if (window_policy(policy)) max_blocks = std::min(max_blocks, r.options.eviction.budget / bs);
     extend_block_hashes(r, max_blocks, bs);
-    const std::vector<BlockId> hits = cache_.match_prefix(
+    std::vector<BlockId> hits = cache_.match_prefix(
         std::span<const BlockHash>(r.block_hashes).first(static_cast<size_t>(max_blocks)), r.tokens);
+    hits.resize(static_cast<size_t>(local_window_cached(hits)));
     if (!hits.empty()) r.sequence->attach_prefix(hits);
     hit_tokens = static_cast<int>(hits.size()) * bs;
     r.num_published = static_cast<int>(hits.size());
@@ -302,7 +311,10 @@ void Engine::publish_full_blocks(EngineRequest& r) {
   const int bs = options_.block_size;
   const int num_full = r.sequence->num_slots() / bs;
   const std::vector<int32_t>& ids = cache_.table(r.sequence->seq()).block_ids();
-  const int last_layer = model_.config().num_layers - 1;
+  // Every layer seals a block at the same step; a local layer may have let it go already, so a
+  // global layer (when there is one) is asked.
+  int last_layer = model_.config().num_layers - 1;
+  while (last_layer > 0 && storage_->is_local_layer(last_layer)) --last_layer;
   for (int b = r.num_published; b < num_full; ++b) {
     // KIVI blocks are final once sealed (out of the residual window); they seal in order.
     if (storage_->is_staged(last_layer, BlockId(ids[static_cast<size_t>(b)]))) break;
@@ -533,6 +545,8 @@ void Engine::note_usage() {
   metrics_.blocks_free = cache_.num_free_blocks() - cached_free;
   metrics_.peak_blocks_used = std::max(metrics_.peak_blocks_used, used);
   metrics_.staging_bytes = storage_->staging_bytes();
+  metrics_.local_slots_pinned = storage_->local_blocks_in_use();
+  metrics_.local_slots_retained = storage_->local_blocks_retained();
   metrics_.blocks_evicted = cache_.prefix_stats().blocks_evicted;
 }
 

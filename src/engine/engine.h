@@ -84,8 +84,7 @@ class Engine {
   EngineMetrics metrics() const;
   const EngineOptions& options() const { return options_; }
   const KvStorage& storage() const { return *storage_; }
-  // What the engine changed from its options, for the user: e.g. prefix caching turned off for a
-  // model with sliding-window layers. Callers print them.
+  // What the engine changed from its options, for the user. Callers print them.
   const std::vector<std::string>& warnings() const { return warnings_; }
   const KvCacheManager& cache() const { return cache_; }
   LlamaModel& model() { return model_; }
@@ -105,6 +104,9 @@ class Engine {
   void finish(EngineRequest& request, FinishReason reason, std::string error = {});
   void release(EngineRequest& request);  // gives its sequence's blocks back
   void publish_full_blocks(EngineRequest& request);
+  // How many leading blocks of a prefix hit are usable: all of them, or (sliding-window layers
+  // that keep only windows) the longest run whose last window still holds its local-layer bytes.
+  int local_window_cached(std::span<const BlockId> hits) const;
   void after_forward(EngineRequest& request, int taken, const float* logits, int num_rows);
   void emit_token(EngineRequest& request, TokenId token, std::string text);
   void note_usage();

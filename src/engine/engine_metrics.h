@@ -16,6 +16,11 @@ struct EngineMetrics {
   uint64_t bytes_per_block = 0;
   uint64_t staging_bytes = 0;  // KIVI f32 staging beside the blocks
   int peak_blocks_used = 0;
+  // Sliding-window layers that keep only windows (0 slots: none): their own slots by state.
+  int local_slots_total = 0;
+  int local_slots_pinned = 0;    // inside some running sequence's window
+  int local_slots_retained = 0;  // kept for a prefix hit until another block needs the slot
+  uint64_t local_bytes_per_slot = 0;
   uint64_t peak_staging_bytes = 0;  // most staging held right after a forward
   // Counters (since the engine started).
   int64_t requests_submitted = 0;

@@ -54,10 +54,6 @@ EvalCacheFactory make_evicting_eval_cache(const EvictionOptions& eviction) {
   return [eviction](LlamaModel& model, ThreadPool& pool,
                     const EvalCacheRequest& request) -> Result<std::unique_ptr<EvalSequenceCache>> {
     KVLM_RETURN_IF_ERROR(validate_eviction_options(eviction));
-    if (model.config().sliding_window.any()) {
-      return Status::errorf("token eviction ({}) does not combine with the sliding-window layers of '{}' yet",
-                            eviction_policy_name(eviction.policy), model.config().architecture);
-    }
     const EvalCacheOptions& o = request.options;
     if (o.block_size < 1 || o.block_size > 4096) {
       return Status::errorf("--block-size {} must be in [1, 4096]", o.block_size);

@@ -10,6 +10,7 @@
 #include "evict/evicting_sequence.h"
 #include "engine/release_sequence.h"
 #include "kv/kv_storage.h"
+#include "kv/local_window_hold.h"
 #include "model/llama_model.h"
 
 namespace kvlm {
@@ -91,14 +92,12 @@ Result<PerplexityResult> evaluate_perplexity(LlamaModel& model, ThreadPool& pool
   KVLM_RETURN_IF_ERROR(validate_eviction_options(options.eviction));
   const bool evicting = options.eviction.policy != EvictionPolicy::kNone;
   const int num_blocks = EvictingSequence::max_blocks(options.eviction, options.block_size, ctx, ctx);
-  if (evicting && config.sliding_window.any()) {
-    return Status::errorf("token eviction ({}) does not combine with the sliding-window layers of '{}' yet",
-                          eviction_policy_name(options.eviction.policy), config.architecture);
-  }
   const KvLayout layout{config.num_layers, config.num_kv_heads, config.head_dim, options.block_size};
   KvStorageOptions storage_options = options.storage;
-  keep_local_windows(config.sliding_window, options.block_size, 1, std::min(options.prefill_chunk, ctx), num_blocks,
-                     storage_options);
+  // An evicting sequence runs its steps as its policy says (up to the whole window at once), and
+  // its compactions pin their destination blocks before the sources let go: room for two.
+  keep_local_windows(config.sliding_window, options.block_size, evicting ? 2 : 1,
+                     evicting ? ctx : std::min(options.prefill_chunk, ctx), num_blocks, storage_options);
   KVLM_ASSIGN_OR_RETURN(std::unique_ptr<KvStorage> storage,
                         KvStorage::create(layout, options.k_type, options.v_type, num_blocks, storage_options));
   KvCacheManager cache(num_blocks, options.block_size);
@@ -143,6 +142,7 @@ Result<PerplexityResult> evaluate_perplexity(LlamaModel& model, ThreadPool& pool
       continue;
     }
     const SeqId seq = cache.create_sequence();
+    LocalWindowHold local_hold;  // the sliding-window layers' pins (no-op without them)
     Status status = Status::ok_status();
     for (int done = 0; done < ctx && status.ok();) {
       const int n = std::min(options.prefill_chunk, ctx - done);
@@ -150,16 +150,19 @@ Result<PerplexityResult> evaluate_perplexity(LlamaModel& model, ThreadPool& pool
       const LogitsRows rows = done + n <= first ? LogitsRows::kLast : LogitsRows::kAll;
       KVLM_CHECK(cache.reserve(seq, n), "pool of {} blocks sized for ctx {} has no room", num_blocks, ctx);
       const std::vector<int32_t> table = cache.table(seq).block_ids();
+      KVLM_CHECK(local_hold.extend(*storage, table), "the local slots sized for one sequence ran out");
       model.forward(SequenceStep{std::span<const TokenId>(window).subspan(static_cast<size_t>(done),
                                                                             static_cast<size_t>(n)),
                                  done, table, rows},
                     *storage, pool, logits);
       cache.append(seq, n);
+      if (config.sliding_window.any()) local_hold.release_before(*storage, table, done + n - config.sliding_window.window + 1);
       result.kv_blocks_peak = std::max(result.kv_blocks_peak, cache.num_used_blocks());
       result.kv_staging_bytes_peak = std::max<uint64_t>(result.kv_staging_bytes_peak, storage->staging_bytes());
       if (rows == LogitsRows::kAll) status = score(done, n);
       done += n;
     }
+    local_hold.release_all(*storage, cache.table(seq).block_ids());
     release_sequence(cache, *storage, seq);
     if (!status.ok()) return status;
   }

@@ -37,6 +37,7 @@ EvictingSequence::EvictingSequence(LlamaModel& model, KvCacheManager& cache, KvS
 }
 
 EvictingSequence::~EvictingSequence() {
+  local_hold_.release_all(storage_, cache_.table(seq_).block_ids());
   // Staging goes back only for blocks no other sequence still holds.
   std::vector<int32_t> last_owner;
   for (int32_t id : cache_.table(seq_).block_ids()) {
@@ -54,6 +55,7 @@ Result<std::unique_ptr<EvictingSequence>> EvictingSequence::fork() const {
   forked->window_begin_ = window_begin_;
   forked->slot_positions_ = slot_positions_;
   forked->slot_scores_ = slot_scores_;
+  forked->local_hold_.adopt(storage_, cache_.table(copy).block_ids(), local_hold_.begin());
   forked->note_peaks();
   return forked;
 }
@@ -171,6 +173,7 @@ void EvictingSequence::evict_oldest_window_tokens(int count) {
   const int first = ceil_div(num_sinks_, bs);
   const int end = window_begin_ / bs;
   if (end > first) {
+    local_hold_.drop(storage_, cache_.table(seq_).block_ids(), first, end - first);
     release_staging(cache_.drop_blocks(seq_, first, end - first));
     window_begin_ -= (end - first) * bs;
     stats_.blocks_dropped += end - first;
@@ -186,9 +189,15 @@ void EvictingSequence::release_staging(const std::vector<BlockId>& freed) {
 Status EvictingSequence::make_exclusive(int first_block_idx, int end_block_idx) {
   const int end = std::min(end_block_idx, cache_.table(seq_).num_blocks());
   for (int b = std::max(0, first_block_idx); b < end; ++b) {
+    // The copy of a block the window covers needs a local slot: make sure one can be had first.
+    if (local_hold_.covers(b) && cache_.block_ref_count(seq_, b) > 1 && storage_.local_slots_unpinned() == 0) {
+      return Status::errorf("the sliding-window layers have no local slot left for a copy of block {}", b);
+    }
     KVLM_ASSIGN_OR_RETURN(std::optional<BlockSwap> swap, cache_.make_block_exclusive(seq_, b));
     if (swap) {
+      KVLM_CHECK(local_hold_.pin_copy(storage_, b, swap->copy), "a local slot was free for the copy");
       storage_.copy_block(swap->shared, swap->copy);
+      local_hold_.unpin_swapped(storage_, b, swap->shared);
       ++stats_.blocks_copied;
     }
   }
@@ -208,7 +217,21 @@ bool EvictingSequence::compact_to(const std::vector<int>& kept) {
            .ok()) {
     return false;
   }
-  storage_.compact(cache_.table(seq_).block_ids(), kept);
+  // Local layers: only the survivors the next window reaches move, into blocks pinned first.
+  int local_first_kept = -1;
+  if (storage_.has_local_layers()) {
+    const int64_t threshold = num_fed_ - model_.config().sliding_window.window;
+    local_first_kept = static_cast<int>(kept.size());
+    while (local_first_kept > 0 &&
+           slot_positions_[static_cast<size_t>(kept[static_cast<size_t>(local_first_kept) - 1])] > threshold) {
+      --local_first_kept;
+    }
+    if (!local_hold_.widen(storage_, cache_.table(seq_).block_ids(), local_first_kept / cache_.block_size())) {
+      return false;
+    }
+  }
+  storage_.compact(cache_.table(seq_).block_ids(), kept, local_first_kept);
+  local_hold_.truncate(storage_, cache_.table(seq_).block_ids(), cache_.blocks_for_tokens(static_cast<int>(kept.size())));
   release_staging(cache_.truncate(seq_, static_cast<int>(kept.size())));
 
   std::vector<int64_t> positions;
@@ -222,7 +245,27 @@ bool EvictingSequence::compact_to(const std::vector<int>& kept) {
   slot_scores_ = std::move(scores);
   stats_.tokens_evicted += n - static_cast<int>(kept.size());
   ++stats_.compactions;
+  release_local_before_window();
   return true;
+}
+
+int EvictingSequence::first_slot_after(int64_t position) const {
+  const int slots = num_slots();
+  if (keeps_window()) {
+    if (position + 1 < num_sinks_) return static_cast<int>(std::max<int64_t>(0, position + 1));  // a sink
+    // The window's tokens hold consecutive positions, up to num_fed_ - 1.
+    const int64_t window_first = num_fed_ - (slots - window_begin_);
+    return static_cast<int>(window_begin_ + std::max<int64_t>(0, position + 1 - window_first));
+  }
+  const auto it = std::upper_bound(slot_positions_.begin(), slot_positions_.end(), position);
+  if (it != slot_positions_.end()) return static_cast<int>(it - slot_positions_.begin());
+  return static_cast<int>(slots + std::max<int64_t>(0, position + 1 - num_fed_));
+}
+
+void EvictingSequence::release_local_before_window() {
+  if (!storage_.has_local_layers()) return;
+  local_hold_.release_before(storage_, cache_.table(seq_).block_ids(),
+                             first_slot_after(num_fed_ - model_.config().sliding_window.window));
 }
 
 void EvictingSequence::note_peaks() {
@@ -247,6 +290,10 @@ Result<int> EvictingSequence::plan_step(std::span<const TokenId> tokens, LogitsR
   // a shared or published last block is made this sequence's own first.
   if (slots % bs != 0 && !make_exclusive(slots / bs, slots / bs + 1).ok()) return 0;
   if (!cache_.reserve(seq_, n)) return 0;
+  if (!local_hold_.extend(storage_, cache_.table(seq_).block_ids())) {
+    release_staging(cache_.truncate(seq_, slots));  // the reserved blocks go back
+    return 0;
+  }
 
   pending_h2o_ = options_.policy == EvictionPolicy::kH2o;
   pending_snapkv_ =
@@ -268,6 +315,12 @@ Result<int> EvictingSequence::plan_step(std::span<const TokenId> tokens, LogitsR
     step.num_weight_queries = pending_h2o_ ? n : options_.snapkv_window;
     ++stats_.weight_passes;
   }
+  if (has_local_layers()) {
+    const int window = model_.config().sliding_window.window;
+    local_first_tokens_.resize(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) local_first_tokens_[static_cast<size_t>(i)] = first_slot_after(num_fed_ + i - window);
+    step.local_first_tokens = local_first_tokens_;
+  }
   pending_tokens_ = n;
   return n;
 }
@@ -279,6 +332,12 @@ void EvictingSequence::attach_prefix(std::span<const BlockId> blocks) {
              eviction_policy_name(options_.policy));
   cache_.attach_prefix(seq_, blocks);
   num_fed_ = static_cast<int64_t>(blocks.size()) * cache_.block_size();
+  // The blocks the next token's window reaches must still hold their local-layer bytes (the
+  // engine matches only such prefixes).
+  if (storage_.has_local_layers()) {
+    const int64_t first = std::max<int64_t>(0, num_fed_ - model_.config().sliding_window.window + 1);
+    local_hold_.adopt(storage_, cache_.table(seq_).block_ids(), static_cast<int>(first / cache_.block_size()));
+  }
   KVLM_CHECK(options_.policy == EvictionPolicy::kNone || num_fed_ <= options_.budget,
              "sequence {}: a prefix of {} tokens exceeds the budget {}", seq_.value, num_fed_, options_.budget);
   note_peaks();
@@ -304,6 +363,7 @@ void EvictingSequence::commit_step() {
     std::vector<int> kept = snapkv_kept(step_weights_, options_.snapkv_window, options_.snapkv_kernel, options_.budget);
     if (!compact_to(kept)) deferred_kept_ = std::move(kept);
   }
+  release_local_before_window();
 }
 
 Status EvictingSequence::forward(std::span<const TokenId> tokens, LogitsRows rows, ThreadPool& pool,

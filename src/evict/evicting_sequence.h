@@ -11,6 +11,7 @@
 #include "core/thread_pool.h"
 #include "evict/eviction_options.h"
 #include "kv/kv_storage.h"
+#include "kv/local_window_hold.h"
 #include "model/llama_model.h"
 
 namespace kvlm {
@@ -46,6 +47,13 @@ struct EvictionStats {
 // Sharing: a block is only written (new tokens, compaction) once this sequence is its sole
 // owner; a shared block is copied first (KvCacheManager::make_block_exclusive + copy_block).
 // Dropping a shared block just releases this sequence's reference.
+//
+// Sliding-window layers (gemma3's local layers) see, from a query at text position p, the
+// tokens at positions > p - window: by position, not slot, so under eviction the sequence
+// tells the model the first slot each query sees there (SequenceStep::local_first_tokens; the
+// live positions are increasing in slot order, so that first slot is all it takes). On a
+// storage that keeps only the windows, it pins the blocks its window covers (LocalWindowHold)
+// and no others: compaction moves only the tokens later windows reach.
 class EvictingSequence {
  public:
   // Creates the sequence in `cache`; `storage` holds its bytes. Options must be valid
@@ -121,6 +129,12 @@ class EvictingSequence {
   void release_staging(const std::vector<BlockId>& freed);
   // Copies the shared blocks among table indices [first, end) so this sequence may write them.
   Status make_exclusive(int first_block_idx, int end_block_idx);
+  // The first slot whose token is at a text position after `position` (live tokens only; past
+  // them, the slot a new token at such a position takes).
+  int first_slot_after(int64_t position) const;
+  // The first slot the next token's local-layer window reaches; the blocks before it are unpinned.
+  void release_local_before_window();
+  bool has_local_layers() const { return model_.config().sliding_window.any(); }
   void note_peaks();
 
   LlamaModel& model_;
@@ -145,6 +159,8 @@ class EvictingSequence {
   // (another request attached this one's published blocks in the same step): the next
   // plan_step applies it first.
   std::vector<int> deferred_kept_;
+  LocalWindowHold local_hold_;
+  std::vector<int32_t> local_first_tokens_;  // [pending_tokens_] the planned step's, for local layers
   EvictionStats stats_;
 };
 

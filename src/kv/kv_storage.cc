@@ -89,11 +89,6 @@ Status KvStorage::init(const KvLayout& layout, KvType k_type, KvType v_type, int
       return Status::errorf("KV storage: {} sliding-window layers need local blocks, got local_num_blocks={}",
                             num_local_layers_, options.local_num_blocks);
     }
-    if (is_kivi(k_type) || is_kivi(v_type)) {
-      return Status::errorf("KV storage: KIVI (K {} / V {}) does not combine with sliding-window layers yet; use "
-                            "f16, bf16, fp8, int8 or int4",
-                            kv_type_name(k_type), kv_type_name(v_type));
-    }
   }
   local_map_ = LocalBlockMap(num_blocks, num_local_layers_ > 0 ? options.local_num_blocks : 0);
 
@@ -151,8 +146,11 @@ Status KvStorage::init(const KvLayout& layout, KvType k_type, KvType v_type, int
     staging->enabled = is_kivi(type);
     staging->block_rows.clear();
     if (staging->enabled) {
-      staging->block_rows.assign(static_cast<size_t>(layout.num_layers),
-                                 std::vector<float*>(static_cast<size_t>(num_blocks), nullptr));
+      // Indexed like the layer's arena: block ids, or a local layer's slots.
+      staging->block_rows.resize(static_cast<size_t>(layout.num_layers));
+      for (int l = 0; l < layout.num_layers; ++l) {
+        staging->block_rows[static_cast<size_t>(l)].assign(static_cast<size_t>(this->num_blocks(l)), nullptr);
+      }
     }
   }
   return Status::ok_status();
@@ -164,17 +162,70 @@ void KvStorage::check_address(int layer, BlockId block) const {
              num_blocks_);
 }
 
-size_t KvStorage::arena_index(int layer, BlockId block, bool assign) {
-  if (!is_local_layer(layer)) return static_cast<size_t>(block.value);
-  return static_cast<size_t>(assign ? local_map_.assign(block.value) : arena_index(layer, block));
-}
-
 size_t KvStorage::arena_index(int layer, BlockId block) const {
   if (!is_local_layer(layer)) return static_cast<size_t>(block.value);
   const int32_t slot = local_map_.slot(block.value);
-  KVLM_CHECK(slot >= 0, "block {} holds no slot in local layer {}: it left the window or was never written",
+  KVLM_CHECK(slot >= 0, "block {} holds no slot in local layer {}: it left every window or was never pinned",
              block.value, layer);
   return static_cast<size_t>(slot);
+}
+
+size_t KvStorage::writable_arena_index(int layer, BlockId block) const {
+  KVLM_CHECK(!is_local_layer(layer) || local_map_.pins(block.value) > 0,
+             "block {} is written in local layer {} without a pin (LocalWindowHold)", block.value, layer);
+  return arena_index(layer, block);
+}
+
+bool KvStorage::holds_slot(int layer, BlockId block) const {
+  return !is_local_layer(layer) || local_map_.slot(block.value) >= 0;
+}
+
+float** KvStorage::staging_entry(const Staging& staging, int layer, BlockId block) const {
+  if (!staging.enabled || !holds_slot(layer, block)) return nullptr;
+  auto& rows = const_cast<Staging&>(staging).block_rows[static_cast<size_t>(layer)];
+  return &rows[arena_index(layer, block)];
+}
+
+bool KvStorage::pin_local_block(BlockId block) {
+  if (!has_local_layers()) return true;
+  check_address(0, block);
+  int32_t reclaimed = -1;
+  if (!local_map_.pin(block.value, &reclaimed)) return false;
+  // A retained slot was never staged (unpin_local_block), so taking it loses no buffer.
+  (void)reclaimed;
+  return true;
+}
+
+void KvStorage::unpin_local_block(BlockId block) {
+  if (!has_local_layers()) return;
+  check_address(0, block);
+  local_map_.unpin(block.value);
+  if (local_map_.pins(block.value) > 0) return;
+  // A block still staged is in the KIVI residual window: never published (its bytes are not
+  // final), so no hit can want it. Its buffer goes back and the slot is free at once.
+  bool staged = false;
+  for (Staging* staging : {&k_staging_, &v_staging_}) {
+    if (!staging->enabled) continue;
+    for (int layer = 0; layer < layout_.num_layers; ++layer) {
+      if (!is_local_layer(layer)) continue;
+      float** entry = staging_entry(*staging, layer, block);
+      if (*entry == nullptr) continue;
+      free_staging_.push_back(*entry);
+      *entry = nullptr;
+      staged = true;
+    }
+  }
+  if (staged) local_map_.free_slot(block.value);
+}
+
+bool KvStorage::local_block_cached(BlockId block) const {
+  check_address(0, block);
+  return has_local_layers() && local_map_.slot(block.value) >= 0;
+}
+
+int KvStorage::local_pins(BlockId block) const {
+  check_address(0, block);
+  return has_local_layers() ? local_map_.pins(block.value) : 0;
 }
 
 void KvStorage::refuse_local_layers(const char* what) const {
@@ -191,12 +242,6 @@ void KvStorage::local_block_table(std::span<const int32_t> block_table, int firs
     check_address(0, BlockId(id));
     out[i] = local_map_.slot(id);
   }
-}
-
-void KvStorage::release_local_blocks_before(std::span<const int32_t> block_table, int first_needed_token) {
-  if (!has_local_layers()) return;
-  const int end = std::min(static_cast<int>(block_table.size()), std::max(0, first_needed_token) / layout_.block_size);
-  for (int b = 0; b < end; ++b) local_map_.release(block_table[static_cast<size_t>(b)]);
 }
 
 int KvStorage::local_blocks_per_sequence(int window, int block_size, int max_step_tokens) {
@@ -231,7 +276,7 @@ void KvStorage::write_token(int layer, BlockId block, int slot_in_block, const f
 }
 
 float* KvStorage::stage(Staging& staging, const KvCodec& codec, int layer, BlockId block, std::byte* encoded) {
-  float*& rows = staging.block_rows[static_cast<size_t>(layer)][static_cast<size_t>(block.value)];
+  float*& rows = *staging_entry(staging, layer, block);
   if (rows != nullptr) return rows;
   rows = take_staging_buffer();
   // The block may hold tokens already (a rewrite): keep them readable.
@@ -243,9 +288,9 @@ float* KvStorage::stage(Staging& staging, const KvCodec& codec, int layer, Block
 }
 
 void KvStorage::seal(Staging& staging, const KvCodec& codec, int layer, BlockId block, std::byte* encoded) {
-  if (!staging.enabled) return;
-  float*& rows = staging.block_rows[static_cast<size_t>(layer)][static_cast<size_t>(block.value)];
-  if (rows == nullptr) return;
+  float** entry = staging_entry(staging, layer, block);
+  if (entry == nullptr || *entry == nullptr) return;
+  float*& rows = *entry;
   codec.encode_block(layout_, rows, encoded);
   free_staging_.push_back(rows);
   rows = nullptr;
@@ -268,15 +313,10 @@ void KvStorage::write_tokens(int layer, std::span<const int32_t> block_table, in
 }
 
 void KvStorage::release_blocks(std::span<const int32_t> block_ids) {
-  if (has_local_layers()) {
-    for (int32_t id : block_ids) {
-      check_address(0, BlockId(id));
-      local_map_.release(id);
-    }
-  }
   for (Staging* staging : {&k_staging_, &v_staging_}) {
     if (!staging->enabled) continue;
     for (int layer = 0; layer < layout_.num_layers; ++layer) {
+      if (is_local_layer(layer)) continue;  // the pins decide (unpin_local_block)
       for (int32_t id : block_ids) {
         check_address(layer, BlockId(id));
         float*& rows = staging->block_rows[static_cast<size_t>(layer)][static_cast<size_t>(id)];
@@ -290,6 +330,7 @@ void KvStorage::release_blocks(std::span<const int32_t> block_ids) {
 
 void KvStorage::seal_block(int layer, BlockId block) {
   check_address(layer, block);
+  if (!is_staged(layer, block)) return;
   seal(k_staging_, *k_codec_, layer, block, mutable_k_block(layer, block));
   seal(v_staging_, *v_codec_, layer, block, mutable_v_block(layer, block));
 }
@@ -297,10 +338,8 @@ void KvStorage::seal_block(int layer, BlockId block) {
 bool KvStorage::is_staged(int layer, BlockId block) const {
   check_address(layer, block);
   for (const Staging* staging : {&k_staging_, &v_staging_}) {
-    if (staging->enabled &&
-        staging->block_rows[static_cast<size_t>(layer)][static_cast<size_t>(block.value)] != nullptr) {
-      return true;
-    }
+    float** entry = staging_entry(*staging, layer, block);
+    if (entry != nullptr && *entry != nullptr) return true;
   }
   return false;
 }
@@ -344,8 +383,10 @@ void KvStorage::read_token(int layer, BlockId block, int slot_in_block, float* k
              slot_in_block, layout_.block_size);
   const size_t width = layout_.values_per_token();
   const size_t offset = static_cast<size_t>(slot_in_block) * width;
-  const float* k_rows = k_staging_.enabled ? k_staged_table(layer)[block.value] : nullptr;
-  const float* v_rows = v_staging_.enabled ? v_staged_table(layer)[block.value] : nullptr;
+  float** k_entry = staging_entry(k_staging_, layer, block);
+  float** v_entry = staging_entry(v_staging_, layer, block);
+  const float* k_rows = k_entry != nullptr ? *k_entry : nullptr;
+  const float* v_rows = v_entry != nullptr ? *v_entry : nullptr;
   if (k_rows != nullptr) {
     std::copy(k_rows + offset, k_rows + offset + width, k);
   } else {
@@ -369,15 +410,15 @@ const std::byte* KvStorage::v_block(int layer, BlockId block) const {
   return v_arenas_[static_cast<size_t>(layer)].get() + arena_index(layer, block) * v_block_bytes_;
 }
 
-// Writers: a local layer's block takes its slot here.
+// Writers: a local layer's block must be pinned.
 std::byte* KvStorage::mutable_k_block(int layer, BlockId block) {
   check_address(layer, block);
-  return k_arenas_[static_cast<size_t>(layer)].get() + arena_index(layer, block, true) * k_block_bytes_;
+  return k_arenas_[static_cast<size_t>(layer)].get() + writable_arena_index(layer, block) * k_block_bytes_;
 }
 
 std::byte* KvStorage::mutable_v_block(int layer, BlockId block) {
   check_address(layer, block);
-  return v_arenas_[static_cast<size_t>(layer)].get() + arena_index(layer, block, true) * v_block_bytes_;
+  return v_arenas_[static_cast<size_t>(layer)].get() + writable_arena_index(layer, block) * v_block_bytes_;
 }
 
 const std::byte* KvStorage::k_arena(int layer) const {
@@ -403,8 +444,8 @@ KvStorage::RoleRef KvStorage::role(KvRole which) {
 }
 
 float* KvStorage::staged_rows(const RoleRef& r, int layer, BlockId block) const {
-  if (!r.staging->enabled) return nullptr;
-  return r.staging->block_rows[static_cast<size_t>(layer)][static_cast<size_t>(block.value)];
+  float** entry = staging_entry(*r.staging, layer, block);
+  return entry != nullptr ? *entry : nullptr;
 }
 
 float* KvStorage::take_staging_buffer() {
@@ -418,9 +459,9 @@ float* KvStorage::take_staging_buffer() {
 }
 
 void KvStorage::drop_staging(const RoleRef& r, int layer, BlockId block) {
-  if (!r.staging->enabled) return;
-  float*& rows = r.staging->block_rows[static_cast<size_t>(layer)][static_cast<size_t>(block.value)];
-  if (rows == nullptr) return;
+  float** entry = staging_entry(*r.staging, layer, block);
+  if (entry == nullptr || *entry == nullptr) return;
+  float*& rows = *entry;
   free_staging_.push_back(rows);
   rows = nullptr;
 }
@@ -459,13 +500,15 @@ void KvStorage::copy_encoded_row(const RoleRef& r, int layer, BlockId src, int s
 }
 
 void KvStorage::copy_block(BlockId src, BlockId dst) {
-  refuse_local_layers("copy_block (a shared block)");
   check_address(0, src);
   check_address(0, dst);
   if (src == dst) return;
   for (KvRole which : {KvRole::kKey, KvRole::kValue}) {
     const RoleRef r = role(which);
     for (int layer = 0; layer < layout_.num_layers; ++layer) {
+      // A local layer keeps src only inside some window; dst then needs its pin (the caller's).
+      if (!holds_slot(layer, src)) continue;
+      if (is_local_layer(layer)) writable_arena_index(layer, dst);
       std::memcpy(encoded(r, layer, dst), encoded(r, layer, src), r.block_bytes);
       if (!r.staging->enabled) continue;
       const float* src_rows = staged_rows(r, layer, src);
@@ -473,7 +516,7 @@ void KvStorage::copy_block(BlockId src, BlockId dst) {
         drop_staging(r, layer, dst);  // dst now reads src's encoding
         continue;
       }
-      float*& dst_rows = r.staging->block_rows[static_cast<size_t>(layer)][static_cast<size_t>(dst.value)];
+      float*& dst_rows = *staging_entry(*r.staging, layer, dst);
       if (dst_rows == nullptr) dst_rows = take_staging_buffer();
       std::copy(src_rows, src_rows + staging_floats(), dst_rows);
     }
@@ -505,8 +548,11 @@ void KvStorage::copy_token(BlockId src_block, int src_slot, BlockId dst_block, i
   }
 }
 
-void KvStorage::compact(std::span<const int32_t> block_table, std::span<const int> kept_tokens) {
-  refuse_local_layers("compact (token eviction)");
+void KvStorage::compact(std::span<const int32_t> block_table, std::span<const int> kept_tokens,
+                        int local_first_kept) {
+  KVLM_CHECK(!has_local_layers() || (local_first_kept >= 0 && local_first_kept <= static_cast<int>(kept_tokens.size())),
+             "compact: local_first_kept {} outside [0, {}] on a storage with sliding-window layers", local_first_kept,
+             kept_tokens.size());
   const int bs = layout_.block_size;
   const int64_t capacity = static_cast<int64_t>(block_table.size()) * bs;
   const int num_kept = static_cast<int>(kept_tokens.size());
@@ -520,9 +566,13 @@ void KvStorage::compact(std::span<const int32_t> block_table, std::span<const in
     if (t != i && first_moved == num_kept) first_moved = i;
   }
   for (int32_t id : block_table) check_address(0, BlockId(id));
+  for (int layer = 0; layer < layout_.num_layers; ++layer) {
+    if (is_local_layer(layer)) compact_local_layer(layer, block_table, kept_tokens, first_moved, local_first_kept);
+  }
   for (KvRole which : {KvRole::kKey, KvRole::kValue}) {
     const RoleRef r = role(which);
     for (int layer = 0; layer < layout_.num_layers; ++layer) {
+      if (is_local_layer(layer)) continue;
       if (r.staging->enabled) {
         compact_staged_role(r, layer, block_table, kept_tokens, first_moved);
         // A no-op after compact_staged_role; it states the state the blocks must be in.
@@ -623,11 +673,61 @@ void KvStorage::compact_staged_role(const RoleRef& r, int layer, std::span<const
     --num_new_buffers;
   }
   for (int j = first_window; j < num_blocks; ++j) {
-    float*& rows = r.staging->block_rows[static_cast<size_t>(layer)][static_cast<size_t>(block(j).value)];
+    float*& rows = *staging_entry(*r.staging, layer, block(j));
     if (rows == nullptr) rows = take_staging_buffer();
     const float* in = scratch.data() + static_cast<size_t>(j - first_window) * staging_floats();
     std::copy(in, in + staging_floats(), rows);
   }
+}
+
+// A local layer keeps only what later windows reach: kept tokens [first_live, n) (those from
+// first_moved on move) into blocks the caller pinned; everything before is outside every
+// window to come.
+void KvStorage::compact_local_layer(int layer, std::span<const int32_t> block_table, std::span<const int> kept_tokens,
+                                    int first_moved, int first_live) {
+  const int bs = layout_.block_size;
+  const int from = std::max(first_moved, first_live);
+  const int num_kept = static_cast<int>(kept_tokens.size());
+  const size_t width = layout_.values_per_token();
+  auto block = [&](int token) { return BlockId(block_table[static_cast<size_t>(token / bs)]); };
+  for (int i = from; i < num_kept; ++i) writable_arena_index(layer, block(i));  // the destinations are pinned
+  bool any_staged = false;
+  std::vector<float> gathered;
+  for (KvRole which : {KvRole::kKey, KvRole::kValue}) {
+    const RoleRef r = role(which);
+    if (!r.staging->enabled) {
+      // In increasing i, as for a global layer: no source is overwritten before it moves.
+      for (int i = from; i < num_kept; ++i) {
+        const int t = kept_tokens[static_cast<size_t>(i)];
+        if (t != i) copy_encoded_row(r, layer, block(t), t % bs, block(i), i % bs);
+      }
+      continue;
+    }
+    // KIVI: every source first (a destination block may be a later token's source), then the
+    // rows into staged destinations; sealing below encodes those outside the residual window.
+    any_staged = true;
+    gathered.resize(static_cast<size_t>(std::max(0, num_kept - from)) * width);
+    for (int i = from; i < num_kept; ++i) {
+      const int t = kept_tokens[static_cast<size_t>(i)];
+      read_role_token(r, layer, block(t), t % bs, gathered.data() + static_cast<size_t>(i - from) * width);
+    }
+    for (int i = from; i < num_kept; ++i) {
+      const BlockId dst = block(i);
+      float* rows = stage(*r.staging, *r.codec, layer, dst, encoded(r, layer, dst));
+      const float* row = gathered.data() + static_cast<size_t>(i - from) * width;
+      std::copy(row, row + width, rows + static_cast<size_t>(i % bs) * width);
+    }
+    // The first live block's slots before first_live hold dead bytes (a reclaimed slot's, or
+    // never written): a per-channel key encoding would spend its range on them. They are never
+    // read, so they take a copy of the first live row.
+    if (first_live < num_kept && first_live % bs != 0) {
+      if (float* rows = staged_rows(r, layer, block(first_live))) {
+        const float* live = rows + static_cast<size_t>(first_live % bs) * width;
+        for (int s = 0; s < first_live % bs; ++s) std::copy(live, live + width, rows + static_cast<size_t>(s) * width);
+      }
+    }
+  }
+  if (any_staged) seal_full_blocks(layer, block_table.data(), num_kept);
 }
 
 }  // namespace kvlm

@@ -56,9 +56,9 @@ struct KvStorageOptions {
   // Store keys rotated; unset: rotates_keys_by_default(k_type).
   std::optional<bool> rotate_keys = std::nullopt;
   // Sliding-window (local) layers, [num_layers] 1 = local; empty = none. A local layer keeps only
-  // the blocks inside its window: its arenas have local_num_blocks slots, which a block takes when
-  // first written and gives back when the window has passed it (release_local_blocks_before) or
-  // its sequence ends (release_blocks). See "Sliding-window layers" below.
+  // the blocks inside some window: its arenas have local_num_blocks slots, which a block holds
+  // while it is pinned (pin_local_block) and, retained, until another block needs the slot. See
+  // "Sliding-window layers" below.
   std::vector<uint8_t> local_layers = {};
   int local_num_blocks = 0;
 };
@@ -77,11 +77,14 @@ constexpr bool rotates_keys_by_default(KvType k_type) {
 // a smaller arena through a LocalBlockMap shared by all of them, so their memory is the live
 // windows', not the sequences'. Writers and readers still pass block ids (write_token,
 // read_token, k_block); attention over a local layer takes the table of local slots
-// (local_block_table). The owner of the blocks tells the storage when a block has left every
-// window of its sequence (release_local_blocks_before) and when a sequence ends (release_blocks),
-// and sizes local_num_blocks for the sequences and step lengths it runs
-// (local_blocks_per_sequence). Blocks of such a storage are never shared or moved: copy_block,
-// copy_token and compact refuse local layers, and KIVI types (block-wise staging) are refused.
+// (local_block_table). Every sequence pins the blocks its window covers (LocalWindowHold does
+// the bookkeeping) and unpins them as the window passes or the sequence ends; a block several
+// sequences share is pinned by each. An unpinned block keeps its slot, retained, until another
+// block needs one (the one unpinned longest ago goes first): a prefix-cache hit can pin it again
+// (local_block_cached tells whether its bytes are still there). Writing a local layer's block
+// needs a pin (a CHECK). Sizing: local_blocks_per_sequence() per running sequence.
+// KIVI staging of a local layer is per slot; a staged block that loses its last pin gives its
+// buffer and slot back at once (it is inside the residual window, so never published).
 // Block ids past the window keep their global-layer bytes: only the local layers let go.
 class KvStorage {
  public:
@@ -120,12 +123,12 @@ class KvStorage {
   void seal_block(int layer, BlockId block);
   bool is_staged(int layer, BlockId block) const;
 
-  // Per block id, the f32 staging rows of a staged block or nullptr when the
-  // block is sealed (read it from the arena); the table itself is nullptr when
+  // Per arena index (block id; a local layer's slot), the f32 staging rows of a staged block or
+  // nullptr when the block is sealed (read it from the arena); the table itself is nullptr when
   // the role is not a KIVI type. Row (slot, kv head) of a staged block starts at
   // staged + (slot * num_kv_heads + kv_head) * head_dim.
-  const float* const* k_staged_table(int layer) const;  // [num_blocks]
-  const float* const* v_staged_table(int layer) const;  // [num_blocks]
+  const float* const* k_staged_table(int layer) const;  // [num_blocks(layer)]
+  const float* const* v_staged_table(int layer) const;  // [num_blocks(layer)]
 
   int kivi_residual_tokens() const { return options_.kivi_residual_tokens; }
   // Whether keys are stored rotated (KvStorageOptions::rotate_keys): writers rotate keys and
@@ -134,7 +137,8 @@ class KvStorage {
   // Whole blocks of a sequence kept staged besides its partial tail block.
   int residual_blocks() const;
   // The sequence owning these blocks is being freed: their staging buffers go back to the free
-  // list unencoded (the contents are dead). No-op for non-KIVI types.
+  // list unencoded (the contents are dead). No-op for non-KIVI types. Local layers: the pins
+  // decide (unpin_local_block).
   void release_blocks(std::span<const int32_t> block_ids);
   // ---- Sliding-window layers (see above) ----
   bool has_local_layers() const { return !options_.local_layers.empty(); }
@@ -144,11 +148,21 @@ class KvStorage {
   int num_local_layers() const { return num_local_layers_; }
   // Entries [first_block, first_block + count) of `block_table` as local slots (-1: none held).
   void local_block_table(std::span<const int32_t> block_table, int first_block, int count, int32_t* out) const;
-  // A sequence's blocks wholly before token first_needed_token (which no query of it will see
-  // again on a local layer) give their local slots back.
-  void release_local_blocks_before(std::span<const int32_t> block_table, int first_needed_token);
-  int local_blocks_in_use() const { return local_map_.in_use(); }
-  int peak_local_blocks_in_use() const { return local_map_.peak_in_use(); }
+  // One more pin on the block's local slot (a free one, else the least recently retained, is
+  // taken when it has none). False, changing nothing, when every slot is pinned. True without
+  // local layers.
+  [[nodiscard]] bool pin_local_block(BlockId block);
+  // One pin less (a CHECK that it has one); no-op without local layers.
+  void unpin_local_block(BlockId block);
+  // Whether the block's local-layer bytes are still held (pinned or retained).
+  bool local_block_cached(BlockId block) const;
+  int local_pins(BlockId block) const;
+  int local_blocks_in_use() const { return local_map_.num_pinned(); }  // pinned slots
+  int local_blocks_retained() const { return local_map_.num_retained(); }
+  int num_local_slots() const { return local_map_.num_slots(); }  // 0 without local layers
+  // Slots a pin of an uncached block could take (free or retained).
+  int local_slots_unpinned() const { return local_map_.num_slots() - local_map_.num_pinned(); }
+  int peak_local_blocks_in_use() const { return local_map_.peak_pinned(); }
   // The most local slots one sequence holds with a window of `window` tokens when no step is
   // longer than max_step_tokens: the window and the step, over whole blocks.
   static int local_blocks_per_sequence(int window, int block_size, int max_step_tokens);
@@ -177,7 +191,8 @@ class KvStorage {
   // Makes block dst a copy of block src in every layer, K and V: the encoded bytes and the
   // KIVI staging state (a staged src makes dst staged with a copy of its rows; a sealed src
   // makes a staged dst give its buffer back and take src's encoding). For
-  // KvCacheManager::make_block_exclusive's swap, before the caller writes into dst.
+  // KvCacheManager::make_block_exclusive's swap, before the caller writes into dst. Local
+  // layers copy only when src holds a slot, and dst must be pinned then.
   void copy_block(BlockId src, BlockId dst);
   // Copies one token's K and V, every layer, from (src_block, src_slot) to (dst_block,
   // dst_slot); exact or re-encoded as listed above. The other slots of dst keep their
@@ -207,7 +222,11 @@ class KvStorage {
   // slots too, which can widen its per-channel key ranges, so the sharer's tail loses some
   // precision (exclusive blocks after the new end are freed by the caller anyway).
   // Temporary memory: up to (residual_blocks() + 1) blocks of f32 per KIVI role.
-  void compact(std::span<const int32_t> block_table, std::span<const int> kept_tokens);
+  // Local layers move only kept tokens [local_first_kept, kept_tokens.size()): the ones later
+  // queries' windows still reach (their sources hold slots; the blocks they land in must be
+  // pinned). Per-token codecs move them exactly; a KIVI role decodes them, writes them staged
+  // and seals what lies outside the residual window. -1: a storage without local layers.
+  void compact(std::span<const int32_t> block_table, std::span<const int> kept_tokens, int local_first_kept = -1);
 
   // Raw encoded blocks for kernels: k_block_bytes() bytes each, layout defined by k_codec().
   const std::byte* k_block(int layer, BlockId block) const;
@@ -242,7 +261,7 @@ class KvStorage {
   // Bytes the blocks in use hold: `num_used_blocks` ids in the global layers, and the local slots in use.
   size_t used_bytes(int num_used_blocks) const {
     return bytes_per_block() * static_cast<size_t>(num_used_blocks) +
-           local_bytes_per_block() * static_cast<size_t>(local_map_.in_use());
+           local_bytes_per_block() * static_cast<size_t>(local_map_.num_pinned());
   }
   // Blocks the layer's arena holds: num_blocks(), or the local slots of a local layer.
   int num_blocks(int layer) const { return is_local_layer(layer) ? local_map_.num_slots() : num_blocks_; }
@@ -267,16 +286,18 @@ class KvStorage {
   KvStorage() = default;
   Status init(const KvLayout& layout, KvType k_type, KvType v_type, int num_blocks, const KvStorageOptions& options);
   void check_address(int layer, BlockId block) const;
-  // Where the block lives in the layer's arenas: its id, or (local layers) its local slot,
-  // taken on first use when `assign`.
-  size_t arena_index(int layer, BlockId block, bool assign);
+  // Where the block lives in the layer's arenas: its id, or (local layers) its local slot
+  // (a CHECK that it holds one; for writing, that it is pinned).
   size_t arena_index(int layer, BlockId block) const;
+  size_t writable_arena_index(int layer, BlockId block) const;
+  // Whether the layer holds bytes for the block (always, for a global layer).
+  bool holds_slot(int layer, BlockId block) const;
   void refuse_local_layers(const char* what) const;
 
   // One role's (K or V) staging state, for KIVI types only.
   struct Staging {
     bool enabled = false;
-    std::vector<std::vector<float*>> block_rows;  // [num_layers][num_blocks]: staging buffer or nullptr
+    std::vector<std::vector<float*>> block_rows;  // [num_layers][num_blocks(layer)]: staging buffer or nullptr
   };
   // One role (K or V) of the storage, so that copies and compaction handle both alike.
   struct RoleRef {
@@ -287,10 +308,15 @@ class KvStorage {
   };
   RoleRef role(KvRole which);
   std::byte* encoded(const RoleRef& r, int layer, BlockId block) {
-    return (*r.arenas)[static_cast<size_t>(layer)].get() + static_cast<size_t>(block.value) * r.block_bytes;
+    return (*r.arenas)[static_cast<size_t>(layer)].get() + arena_index(layer, block) * r.block_bytes;
   }
   // The block's staging rows, nullptr when sealed or the role is not staged.
   float* staged_rows(const RoleRef& r, int layer, BlockId block) const;
+  // The block's entry in the role's staging table (its rows or nullptr); nullptr when the role
+  // is not staged or a local layer holds no slot for the block.
+  float** staging_entry(const Staging& staging, int layer, BlockId block) const;
+  void compact_local_layer(int layer, std::span<const int32_t> block_table, std::span<const int> kept_tokens,
+                           int first_moved, int first_live);
   float* take_staging_buffer();
   // Returns a staged block's buffer to the free list without encoding it.
   void drop_staging(const RoleRef& r, int layer, BlockId block);

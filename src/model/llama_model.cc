@@ -103,13 +103,15 @@ void LlamaModel::forward_batch(std::span<const SequenceStep> steps, KvStorage& c
                  first_position + len);
       KVLM_CHECK(step.slot_weights == nullptr || (step.num_weight_queries >= 1 && step.num_weight_queries <= len),
                  "{} weight queries in a step of {} tokens", step.num_weight_queries, len);
-      // Local layers mask by position over slots: without eviction the two are the same.
-      KVLM_CHECK(!c.sliding_window.any() || (first_position == step.num_cached_tokens && !sink_queries &&
-                                             step.slot_weights == nullptr &&
-                                             step.num_sink_tokens == 0 && step.window_begin == 0),
-                 "a model with sliding-window layers runs without token eviction (first position {} at slot {}, "
-                 "{} sinks, window from {})",
+      // Local layers mask by position: without local_first_tokens, slots must be positions.
+      KVLM_CHECK(!c.sliding_window.any() || !step.local_first_tokens.empty() ||
+                     (first_position == step.num_cached_tokens && !sink_queries && step.slot_weights == nullptr &&
+                      step.num_sink_tokens == 0 && step.window_begin == 0),
+                 "a step under token eviction (first position {} at slot {}, {} sinks, window from {}) needs "
+                 "local_first_tokens for the sliding-window layers",
                  first_position, step.num_cached_tokens, step.num_sink_tokens, step.window_begin);
+      KVLM_CHECK(step.local_first_tokens.empty() || static_cast<int64_t>(step.local_first_tokens.size()) == len,
+                 "{} local first tokens for a step of {} tokens", step.local_first_tokens.size(), len);
       any_sink_queries = any_sink_queries || sink_queries;
       for (int64_t i = 0; i < len; ++i, ++t) {
         positions_[static_cast<size_t>(t)] = first_position + i;
@@ -151,6 +153,24 @@ void LlamaModel::forward_batch(std::span<const SequenceStep> steps, KvStorage& c
       }
     });
   };
+
+  // Each sequence's table as the local layers' slots, from the first block its queries see
+  // there (earlier entries -1): pins do not change during a forward, so once for all layers.
+  if (cache.has_local_layers()) {
+    local_tables_.resize(steps.size());
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const SequenceStep& step = steps[i];
+      const int64_t len = static_cast<int64_t>(step.tokens.size());
+      const int first_token = step.local_first_tokens.empty()
+                                  ? static_cast<int>(std::max<int64_t>(
+                                        0, step.num_cached_tokens - c.sliding_window.window + 1))
+                                  : step.local_first_tokens[0];
+      const int first_block = first_token / block_size;
+      const int needed = static_cast<int>((step.num_cached_tokens + len + block_size - 1) / block_size);
+      local_tables_[i].assign(step.block_table.size(), -1);
+      cache.local_block_table(step.block_table, first_block, needed - first_block, local_tables_[i].data() + first_block);
+    }
+  }
 
   for (int l = 0; l < c.num_layers; ++l) {
     const LlamaLayerWeights& w = weights_.layers[static_cast<size_t>(l)];
@@ -212,14 +232,9 @@ void LlamaModel::forward_batch(std::span<const SequenceStep> steps, KvStorage& c
       args.layer = l;
       args.block_table = step.block_table.data();
       args.num_table_blocks = static_cast<int>(step.block_table.size());
+      const bool by_slot = step.local_first_tokens.empty();  // slots are positions
       if (local && cache.is_local_layer(l)) {
-        // The local layer's own slots for the blocks its queries see; the earlier ones are gone.
-        const int first_block =
-            std::max<int64_t>(0, step.num_cached_tokens - c.sliding_window.window + 1) / block_size;
-        const int needed = static_cast<int>((num_context + block_size - 1) / block_size);
-        local_table_.assign(step.block_table.size(), -1);
-        cache.local_block_table(step.block_table, first_block, needed - first_block, local_table_.data() + first_block);
-        args.block_table = local_table_.data();
+        args.block_table = local_tables_[static_cast<size_t>(&step - steps.data())].data();
       }
       args.num_context_tokens = static_cast<int>(num_context);
       args.num_queries = static_cast<int>(len);
@@ -227,8 +242,9 @@ void LlamaModel::forward_batch(std::span<const SequenceStep> steps, KvStorage& c
       args.q = &q_[static_cast<size_t>(first * c.q_dim())];
       args.out = &att_[static_cast<size_t>(first * c.q_dim())];
       args.scale = c.attention_scale;
-      // A local layer sees the last `window` positions; positions equal slots here (checked above).
-      args.sliding_window = local ? c.sliding_window.window : 0;
+      // A local layer sees the last `window` positions: by slot, or as the step says.
+      args.sliding_window = local && by_slot ? c.sliding_window.window : 0;
+      args.query_first_token = local && !by_slot ? step.local_first_tokens.data() : nullptr;
       args.num_sink_tokens = step.num_sink_tokens;
       args.window_begin = step.window_begin;
       args.q_sink = sink_positions_[static_cast<size_t>(first)] >= 0 ? &q_sink_[static_cast<size_t>(first * c.q_dim())]
@@ -259,14 +275,6 @@ void LlamaModel::forward_batch(std::span<const SequenceStep> steps, KvStorage& c
     add_into(x_.data(), proj_.data(), n * c.dim);
   }
   kv_projections_computed_ += static_cast<uint64_t>(n);
-  // Blocks every later query of a sequence is past, on the local layers, give their slots back.
-  if (cache.has_local_layers()) {
-    for (const SequenceStep& step : steps) {
-      const int64_t num_context = step.num_cached_tokens + static_cast<int64_t>(step.tokens.size());
-      cache.release_local_blocks_before(step.block_table,
-                                        static_cast<int>(num_context - c.sliding_window.window + 1));
-    }
-  }
 
   // The rows whose logits are wanted, packed at the front of xn_.
   int64_t row = 0;

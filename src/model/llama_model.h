@@ -50,6 +50,12 @@ struct SequenceStep {
   // slot, summed over those queries, all heads and all layers, are added here (H2O, SnapKV).
   float* slot_weights = nullptr;        // [num_cached_tokens + num_new]
   int num_weight_queries = 0;
+  // Sliding-window layers: the first slot each new token's query sees there (its window, by
+  // text position, over the slots). Empty: slots are positions, the window is the last
+  // `window` slots. Needed once eviction made slots differ from positions.
+  // On a storage that keeps only the windows (KvStorage local layers), the blocks the step
+  // writes and reads there must be pinned (LocalWindowHold): the forward never pins or unpins.
+  std::span<const int32_t> local_first_tokens;  // [num_new] or empty
 };
 
 class LlamaModel {
@@ -103,7 +109,7 @@ class LlamaModel {
   std::vector<float> proj_;     // [n, dim]
   std::vector<float> gate_;     // [n, ffn_dim]
   std::vector<float> up_;       // [n, ffn_dim]
-  std::vector<int32_t> local_table_;     // a sequence's block table as a local layer's slots
+  std::vector<std::vector<int32_t>> local_tables_;  // [steps] each block table as the local layers' slots
   std::vector<int64_t> positions_;       // [n] each token's text position (RoPE)
   std::vector<int64_t> sink_positions_;  // [n] its position within the cache, -1 = no second rotation
 };

@@ -134,6 +134,20 @@ std::string ServerMetrics::prometheus_text(const EngineMetrics& e, const Metrics
   x.sample("kv_cache_bytes", e.blocks_free * bpb, codec + ",state=\"free\"");
   x.header("kv_cache_blocks_total", "gauge", "KV blocks in the pool.");
   x.sample("kv_cache_blocks_total", e.blocks_total, codec);
+  if (e.local_slots_total > 0) {
+    x.header("kv_cache_local_slots", "gauge",
+             "Slots of the sliding-window layers by state: pinned (in a running window), retained (kept for a "
+             "prefix hit), free.");
+    const int free_slots = e.local_slots_total - e.local_slots_pinned - e.local_slots_retained;
+    x.sample("kv_cache_local_slots", e.local_slots_pinned, codec + ",state=\"pinned\"");
+    x.sample("kv_cache_local_slots", e.local_slots_retained, codec + ",state=\"retained\"");
+    x.sample("kv_cache_local_slots", free_slots, codec + ",state=\"free\"");
+    x.header("kv_cache_local_bytes", "gauge", "Bytes of the sliding-window layers' slots by state.");
+    const double bps = static_cast<double>(e.local_bytes_per_slot);
+    x.sample("kv_cache_local_bytes", e.local_slots_pinned * bps, codec + ",state=\"pinned\"");
+    x.sample("kv_cache_local_bytes", e.local_slots_retained * bps, codec + ",state=\"retained\"");
+    x.sample("kv_cache_local_bytes", free_slots * bps, codec + ",state=\"free\"");
+  }
   x.header("kv_cache_staging_bytes", "gauge", "f32 staging beside the blocks (KIVI's residual window).");
   x.sample("kv_cache_staging_bytes", static_cast<double>(e.staging_bytes), codec);
 

@@ -109,6 +109,7 @@ PagedAttentionArgs PagedAttentionFixture::paged_args(float* out) const {
   args.window_begin = window_begin;
   args.q_sink = q_sink.empty() ? nullptr : q_sink.data();
   args.sliding_window = sliding_window;
+  args.query_first_token = query_first_token.empty() ? nullptr : query_first_token.data();
   return args;
 }
 
@@ -153,6 +154,7 @@ static std::vector<float> reference(const PagedAttentionFixture& f, const std::v
   a.window_begin = f.window_begin;
   a.q_sink = q_sink.empty() ? nullptr : q_sink.data();
   a.sliding_window = f.sliding_window;
+  a.query_first_token = f.query_first_token.empty() ? nullptr : f.query_first_token.data();
   a.weights = weights;
   a.round_queries = round_queries;
   return reference_attention(a);

@@ -44,6 +44,7 @@ struct PagedAttentionFixture {
   int window_begin = 0;
   std::vector<float> q_sink;  // [num_queries, num_heads, head_dim] or empty
   int sliding_window = 0;     // PagedAttentionArgs::sliding_window, for both
+  std::vector<int32_t> query_first_token;  // PagedAttentionArgs::query_first_token, for both: [num_queries] or empty
   static constexpr int kLayer = 1;
 
   // q_gain scales the queries: larger gains make the softmax peakier.

@@ -1,6 +1,6 @@
 // The engine on a model with sliding-window layers (gemma3): many requests batched in one pool
-// whose local layers keep only their windows, against the no-cache reference; preemption; and
-// what does not combine with local layers yet, refused or announced.
+// whose local layers keep only their windows, against the no-cache reference; preemption; prefix
+// hits over retained windows; token eviction and KIVI.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -52,9 +52,10 @@ TEST_P(EngineSlidingWindowTest, BatchedLogitsMatchTheNoCacheForwardWithOnlyTheWi
   const KvStorage& storage = engine->storage();
   ASSERT_TRUE(storage.has_local_layers());
   EXPECT_EQ(storage.num_local_layers(), 5);
-  // Local slots for 6 sequences of steps up to 24 tokens, not for the pool's 512 blocks.
+  // Local slots for 6 sequences of steps up to 24 tokens and one more (compactions, retained
+  // windows), not for the pool's 512 blocks.
   const int per_sequence = KvStorage::local_blocks_per_sequence(window, block_size, 24);
-  EXPECT_EQ(storage.num_blocks(0), std::min(512, 6 * per_sequence));
+  EXPECT_EQ(storage.num_blocks(0), std::min(512, 7 * per_sequence));
   EXPECT_EQ(storage.num_blocks(5), 512);
 
   const std::vector<RequestOptions> requests = gemma_requests(model);
@@ -135,26 +136,149 @@ TEST(EngineSlidingWindow, PreemptedInATinyPoolMatchesAlone) {
   EXPECT_EQ(engine->leaked_blocks(), 0);
 }
 
-TEST(EngineSlidingWindow, WhatDoesNotCombineYetIsRefusedOrAnnounced) {
+// Prefix caching: a later request attaches the blocks of an earlier one's prompt, and the local
+// layers' window before the hit comes back from the slots the finished request left retained.
+TEST(EngineSlidingWindow, PrefixHitsReuseRetainedWindowsAndMatchTheNoCacheForward) {
   LlamaModel& model = testing::tiny_engine_model("gemma3-tiny");
   ThreadPool pool(2);
-  auto engine = Engine::create(model, pool, gemma_options(16)).value();
-  ASSERT_EQ(engine->warnings().size(), 1u);
-  EXPECT_NE(engine->warnings()[0].find("prefix caching is off"), std::string::npos) << engine->warnings()[0];
-  RequestOptions r = testing::greedy_request(random_prompt(10, model.config().vocab_size, 3), 4);
-  r.eviction.policy = EvictionPolicy::kStreaming;
-  r.eviction.budget = 64;
-  r.eviction.sinks = 4;
+  for (int block_size : {1, 4, 16}) {
+    SCOPED_TRACE(fmt::format("block size {}", block_size));
+    EngineOptions options = gemma_options(block_size);
+    options.prefix_caching = true;
+    auto engine = Engine::create(model, pool, options).value();
+    EXPECT_TRUE(engine->warnings().empty());
+    const int vocab = model.config().vocab_size;
+    const std::vector<TokenId> shared = random_prompt(70, vocab, 31);  // far past the window of 24
+    RequestOutput first;
+    RequestOptions r1 = testing::greedy_request(shared, 6);
+    ASSERT_TRUE(engine->submit(r1, collect_into(first)).ok());
+    engine->run_until_idle();
+    EXPECT_EQ(first.stats.cached_prompt_tokens, 0);
+    EXPECT_EQ(engine->storage().local_blocks_in_use(), 0);
+    EXPECT_GT(engine->storage().local_blocks_retained(), 0);
+
+    // A longer prompt over the same 70 tokens: every full block of them is a hit.
+    std::vector<TokenId> longer = shared;
+    const std::vector<TokenId> more = random_prompt(15, vocab, 32);
+    longer.insert(longer.end(), more.begin(), more.end());
+    RequestOptions r2 = testing::greedy_request(longer, 8);
+    r2.logits = LogitsCapture::kAll;
+    RequestOutput second;
+    ASSERT_TRUE(engine->submit(r2, collect_into(second)).ok());
+    engine->run_until_idle();
+    EXPECT_EQ(second.stats.cached_prompt_tokens, 70 / block_size * block_size);
+    // The captured rows are the computed ones: from the first token after the hit.
+    std::vector<TokenId> all = longer;
+    all.insert(all.end(), second.tokens.begin(), second.tokens.end());
+    all.pop_back();
+    const std::vector<double> expected = reference_logits(model.config(), model.weights(), all);
+    const size_t vocab_size = static_cast<size_t>(vocab);
+    const size_t skipped = static_cast<size_t>(second.stats.cached_prompt_tokens) * vocab_size;
+    ASSERT_EQ(second.logits.size() + skipped, expected.size());
+    EXPECT_LE(max_relative_error(second.logits, std::span<const double>(expected).subspan(skipped)), 1e-4);
+    // Greedy tokens equal a run without the cache.
+    EXPECT_EQ(second.tokens, testing::run_alone(model, options, r2).tokens);
+    EXPECT_EQ(engine->storage().local_blocks_in_use(), 0);
+    EXPECT_EQ(engine->leaked_blocks(), 0);
+  }
+}
+
+// A prefix whose window blocks lost their local bytes (other requests took the retained slots)
+// is no hit: the global blocks are still cached, but a hit needs the window before it too.
+TEST(EngineSlidingWindow, AHitWhoseWindowWasReclaimedIsComputedAgain) {
+  LlamaModel& model = testing::tiny_engine_model("gemma3-tiny");
+  ThreadPool pool(2);
+  EngineOptions options = gemma_options(4);
+  options.prefix_caching = true;
+  options.max_seqs = 1;  // local slots for two sequences' windows: little to retain
+  auto engine = Engine::create(model, pool, options).value();
+  const int vocab = model.config().vocab_size;
+  const std::vector<TokenId> shared = random_prompt(60, vocab, 41);
+  RequestOutput first;
+  ASSERT_TRUE(engine->submit(testing::greedy_request(shared, 4), collect_into(first)).ok());
+  engine->run_until_idle();
+  // Unrelated long requests cycle every local slot.
+  for (int i = 0; i < 3; ++i) {
+    RequestOutput other;
+    ASSERT_TRUE(engine->submit(testing::greedy_request(random_prompt(90, vocab, 50 + i), 4), collect_into(other))
+                    .ok());
+    engine->run_until_idle();
+  }
+  std::vector<TokenId> again = shared;
+  again.push_back(7);
+  RequestOptions r = testing::greedy_request(again, 6);
   RequestOutput out;
-  auto id = engine->submit(r, collect_into(out));
-  ASSERT_FALSE(id.ok());
-  EXPECT_NE(id.status().message().find("does not combine with the sliding-window layers"), std::string::npos)
-      << id.status().message();
-  EngineOptions kivi = gemma_options(16);
-  kivi.k_type = kivi.v_type = KvType::kKivi4;
-  auto refused = Engine::create(model, pool, kivi);
-  ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.status().message().find("KIVI"), std::string::npos) << refused.status().message();
+  ASSERT_TRUE(engine->submit(r, collect_into(out)).ok());
+  engine->run_until_idle();
+  EXPECT_EQ(out.finish, FinishReason::kLength) << out.error;
+  EXPECT_EQ(out.stats.cached_prompt_tokens, 0);
+  EXPECT_EQ(out.tokens, testing::run_alone(model, options, r).tokens);
+  EXPECT_EQ(engine->leaked_blocks(), 0);
+  EXPECT_EQ(engine->storage().local_blocks_in_use(), 0);
+}
+
+// Token eviction and KIVI on a model with local layers, batched with each other.
+TEST(EngineSlidingWindow, EvictionPoliciesAndKiviRunBatchedAsTheyRunAlone) {
+  LlamaModel& model = testing::tiny_engine_model("gemma3-tiny");
+  ThreadPool pool(2);
+  for (KvType type : {KvType::kF32, KvType::kKivi4}) {
+    SCOPED_TRACE(kv_type_name(type));
+    EngineOptions options = gemma_options(4);
+    options.k_type = options.v_type = type;
+    options.storage.kivi_residual_tokens = is_kivi(type) ? 8 : 0;
+    std::vector<RequestOptions> requests;
+    int i = 0;
+    for (EvictionPolicy p : {EvictionPolicy::kNone, EvictionPolicy::kWindow, EvictionPolicy::kStreaming,
+                             EvictionPolicy::kH2o, EvictionPolicy::kSnapKv}) {
+      RequestOptions r = testing::greedy_request(random_prompt(30 + 7 * i, model.config().vocab_size, 60 + i), 40);
+      r.eviction.policy = p;
+      r.eviction.budget = p == EvictionPolicy::kNone ? 0 : 20 + 8 * i;
+      r.eviction.sinks = 4;
+      r.eviction.snapkv_window = 6;
+      requests.push_back(r);
+      ++i;
+    }
+    std::vector<RequestOutput> solo;
+    for (const RequestOptions& r : requests) solo.push_back(testing::run_alone(model, options, r));
+    auto engine = Engine::create(model, pool, options).value();
+    std::vector<RequestOutput> outputs(requests.size());
+    for (size_t j = 0; j < requests.size(); ++j) {
+      ASSERT_TRUE(engine->submit(requests[j], collect_into(outputs[j])).ok());
+    }
+    engine->run_until_idle();
+    for (size_t j = 0; j < requests.size(); ++j) {
+      EXPECT_EQ(outputs[j].finish, FinishReason::kLength) << outputs[j].error;
+      EXPECT_EQ(outputs[j].tokens, solo[j].tokens) << eviction_policy_name(requests[j].eviction.policy);
+    }
+    EXPECT_EQ(engine->storage().local_blocks_in_use(), 0);
+    EXPECT_EQ(engine->leaked_blocks(), 0);
+  }
+}
+
+// With the no-cache oracle: a streaming request on the engine, logits captured.
+TEST(EngineSlidingWindow, StreamingRequestMatchesTheOracle) {
+  LlamaModel& model = testing::tiny_engine_model("gemma3-tiny");
+  ThreadPool pool(2);
+  auto engine = Engine::create(model, pool, gemma_options(4)).value();
+  RequestOptions r = testing::greedy_request(random_prompt(30, model.config().vocab_size, 70), 60);
+  r.eviction.policy = EvictionPolicy::kStreaming;
+  r.eviction.budget = 32;
+  r.eviction.sinks = 4;
+  r.logits = LogitsCapture::kAll;
+  RequestOutput out;
+  ASSERT_TRUE(engine->submit(r, collect_into(out)).ok());
+  engine->run_until_idle();
+  std::vector<TokenId> all = r.prompt;
+  all.insert(all.end(), out.tokens.begin(), out.tokens.end());
+  all.pop_back();
+  // StreamingLLM's rule (positions): the first 4 and the newest 28 once past the budget; the
+  // oracle adds the local layers' window itself.
+  ReferenceVisibility rule;
+  rule.visible = [](int64_t t, int64_t s) { return t < 32 || s > t - 28 || s < 4; };
+  rule.query_position = [](int64_t t, int64_t s) { return (t >= 32 && s < 4) ? 31 : t; };
+  const std::vector<double> expected = reference_logits(model.config(), model.weights(), all, rule);
+  ASSERT_EQ(out.logits.size(), expected.size());
+  EXPECT_LE(max_relative_error(out.logits, expected), 1e-4);
 }
 
 }  // namespace

@@ -137,6 +137,19 @@ TEST(ServerMetricsText, HistogramBucketsAreCumulativeAndEndInInf) {
             std::string::npos);
   EXPECT_NE(text.find("kvlm:inter_token_latency_seconds_count{model_name=\"m\\\"x\"} 2"), std::string::npos);
   EXPECT_NE(text.find("# TYPE kvlm:e2e_request_latency_seconds histogram"), std::string::npos);
+  // Without sliding-window layers there are no local slots to report.
+  EXPECT_EQ(text.find("kv_cache_local_slots"), std::string::npos);
+  e.local_slots_total = 12;
+  e.local_slots_pinned = 5;
+  e.local_slots_retained = 4;
+  e.local_bytes_per_slot = 10;
+  const std::string local = metrics.prometheus_text(e, MetricsLabels{"m", "int8", "f16"});
+  EXPECT_NE(local.find("kvlm:kv_cache_local_slots{model_name=\"m\",k_codec=\"int8\",v_codec=\"f16\",state=\"pinned\"} 5"),
+            std::string::npos) << local;
+  EXPECT_NE(local.find("kvlm:kv_cache_local_slots{model_name=\"m\",k_codec=\"int8\",v_codec=\"f16\",state=\"free\"} 3"),
+            std::string::npos);
+  EXPECT_NE(local.find("kvlm:kv_cache_local_bytes{model_name=\"m\",k_codec=\"int8\",v_codec=\"f16\",state=\"retained\"} 40"),
+            std::string::npos);
 }
 
 }  // namespace
