@@ -143,6 +143,8 @@ struct ServeResult {
   EngineMetrics metrics;
   int blocks_leaked = 0;       // engine->leaked_blocks()
   int blocks_used_at_end = 0;  // cache().num_used_blocks() once idle
+  int local_peak_pinned = 0;   // sliding-window layers' slots pinned at once, at most
+  int local_pinned_at_end = 0; // once idle (must be 0)
 };
 
 // The progress line on stderr: only for a person watching a terminal.
@@ -226,6 +228,8 @@ ServeResult serve(Engine& engine, const std::vector<std::vector<TokenId>>& promp
   r.metrics = engine.metrics();
   r.blocks_leaked = engine.leaked_blocks();
   r.blocks_used_at_end = engine.cache().num_used_blocks();
+  r.local_peak_pinned = engine.storage().peak_local_blocks_in_use();
+  r.local_pinned_at_end = engine.storage().local_blocks_in_use();
   return r;
 }
 
@@ -322,7 +326,11 @@ nlohmann::json to_json(const BenchServeFlags& f, const RunSetup& setup, const Se
         {"peak_bytes", static_cast<uint64_t>(m.peak_blocks_used) * m.bytes_per_block},
         {"total_bytes", static_cast<uint64_t>(m.blocks_total) * m.bytes_per_block},
         {"blocks_leaked", r.blocks_leaked},
-        {"blocks_used_at_end", r.blocks_used_at_end}}},
+        {"blocks_used_at_end", r.blocks_used_at_end},
+        {"local_slots_total", m.local_slots_total},
+        {"local_bytes_per_slot", m.local_bytes_per_slot},
+        {"local_peak_pinned", r.local_peak_pinned},
+        {"local_pinned_at_end", r.local_pinned_at_end}}},
       {"preemptions", m.preemptions},
       {"steps", m.steps},
       {"tokens_computed", m.tokens_computed},
@@ -377,6 +385,12 @@ void print_table(const BenchServeFlags& f, const RunSetup& setup, const ServeRes
       {"peak pool usage", fmt::format("{} of {} blocks ({:.1f}%), {} of {}", m.peak_blocks_used, m.blocks_total,
                                       100 * ratio(m.peak_blocks_used, m.blocks_total), human_bytes(peak_bytes),
                                       human_bytes(static_cast<uint64_t>(m.blocks_total) * m.bytes_per_block))},
+      {"sliding-window layers' slots",
+       m.local_slots_total == 0
+           ? std::string("none (no such layers)")
+           : fmt::format("{} at most pinned of {} ({} of {})", r.local_peak_pinned, m.local_slots_total,
+                         human_bytes(static_cast<uint64_t>(r.local_peak_pinned) * m.local_bytes_per_slot),
+                         human_bytes(static_cast<uint64_t>(m.local_slots_total) * m.local_bytes_per_slot))},
       {"preemptions", fmt::format("{}", m.preemptions)},
       {"blocks leaked at the end", fmt::format("{} ({} in use once idle)", r.blocks_leaked, r.blocks_used_at_end)},
   };
@@ -452,9 +466,10 @@ void run_bench_serve(const BenchServeFlags& f, const BenchServeFlagsGiven& given
   } else {
     print_table(f, setup, r, s);
   }
-  if (r.blocks_leaked != 0 || r.blocks_used_at_end != 0) {
-    throw CliError(fmt::format("the pool leaked: {} blocks not back, {} still in use after every request finished",
-                               r.blocks_leaked, r.blocks_used_at_end));
+  if (r.blocks_leaked != 0 || r.blocks_used_at_end != 0 || r.local_pinned_at_end != 0) {
+    throw CliError(fmt::format("the pool leaked: {} blocks not back, {} still in use, {} sliding-window slots still "
+                               "pinned after every request finished",
+                               r.blocks_leaked, r.blocks_used_at_end, r.local_pinned_at_end));
   }
   if (!r.errors.empty()) {
     throw CliError(

@@ -141,10 +141,9 @@ void run(const ServeFlags& f, bool pool_memory_given, bool pool_blocks_given) {
     auto probe = value_or_throw(Engine::create(*model, pool, eo));
     const SlidingWindowConfig& sw = model->config().sliding_window;
     const uint64_t local_bytes =
-        sw.any() ? static_cast<uint64_t>(KvStorage::local_blocks_per_sequence(sw.window, f.block_size,
-                                                                              f.max_batch_tokens)) *
-                       static_cast<uint64_t>(f.max_seqs) * probe->storage().local_bytes_per_block()
-                 : 0;
+        static_cast<uint64_t>(local_slots_needed(sw, f.block_size, f.max_seqs + Engine::kLocalSpareSequences,
+                                                 f.max_batch_tokens)) *
+        probe->storage().local_bytes_per_block();
     eo.num_blocks = resolve_pool_blocks(f, *model, probe->metrics().bytes_per_block, local_bytes);
   }
   auto engine = value_or_throw(Engine::create(*model, pool, eo));

@@ -72,11 +72,9 @@ Result<std::unique_ptr<Engine>> Engine::create(LlamaModel& model, ThreadPool& po
   EngineOptions engine_options = options;
   std::vector<std::string> warnings;
   if (c.sliding_window.any()) {
-    // Local layers keep only the windows of the running sequences, plus one sequence's worth:
-    // a compaction pins its destinations before its sources let go, and the spare slots keep
-    // finished windows for prefix-cache hits.
-    keep_local_windows(c.sliding_window, options.block_size, options.max_seqs + 1, options.max_batch_tokens,
-                       options.num_blocks, storage_options);
+    // Local layers keep only the windows of the running sequences, and spare ones.
+    keep_local_windows(c.sliding_window, options.block_size, options.max_seqs + kLocalSpareSequences,
+                       options.max_batch_tokens, options.num_blocks, storage_options);
   }
   KVLM_ASSIGN_OR_RETURN(std::unique_ptr<KvStorage> storage,
                         KvStorage::create(layout, options.k_type, options.v_type, options.num_blocks, storage_options));

@@ -84,6 +84,10 @@ class Engine {
   EngineMetrics metrics() const;
   const EngineOptions& options() const { return options_; }
   const KvStorage& storage() const { return *storage_; }
+  // Sliding-window layers that keep only windows get slots for max_seqs + this many sequences:
+  // a compaction pins its destinations before its sources go, and the spare slots keep finished
+  // windows for prefix hits.
+  static constexpr int kLocalSpareSequences = 1;
   // What the engine changed from its options, for the user. Callers print them.
   const std::vector<std::string>& warnings() const { return warnings_; }
   const KvCacheManager& cache() const { return cache_; }

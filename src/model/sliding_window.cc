@@ -74,13 +74,21 @@ Result<SlidingWindowConfig> read_sliding_window(const GgufFile& file, const std:
   return config;
 }
 
-void keep_local_windows(const SlidingWindowConfig& config, int block_size, int num_sequences, int max_step_tokens,
+int64_t local_slots_needed(const SlidingWindowConfig& config, int block_size, int num_sequences,
+                           int max_batch_tokens) {
+  if (!config.any()) return 0;
+  const int64_t n = std::max(1, num_sequences);
+  const int64_t bs = block_size;
+  const int64_t window_part = KvStorage::local_blocks_per_sequence(config.window, block_size, 1);
+  return n * (window_part + 1) + (std::max<int64_t>(1, max_batch_tokens) + bs - 1) / bs;
+}
+
+void keep_local_windows(const SlidingWindowConfig& config, int block_size, int num_sequences, int max_batch_tokens,
                         int num_blocks, KvStorageOptions& options) {
   if (!config.any()) return;
   options.local_layers = config.local_layers;
-  const int64_t per_sequence = KvStorage::local_blocks_per_sequence(config.window, block_size, max_step_tokens);
-  options.local_num_blocks =
-      static_cast<int>(std::min<int64_t>(num_blocks, per_sequence * std::max(1, num_sequences)));
+  options.local_num_blocks = static_cast<int>(
+      std::min<int64_t>(num_blocks, local_slots_needed(config, block_size, num_sequences, max_batch_tokens)));
 }
 
 }  // namespace kvlm

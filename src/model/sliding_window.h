@@ -38,10 +38,18 @@ std::vector<uint8_t> local_layers_from_period(int period, int num_layers);
 // whose window (Phi-3-mini's 2047) llama.cpp does not apply either: none, and ModelConfig warns.
 Result<SlidingWindowConfig> read_sliding_window(const GgufFile& file, const std::string& arch, int num_layers);
 
+// The most local slots num_sequences sequences pin at once when one step of all of them
+// together holds at most max_batch_tokens tokens: each its window's blocks, and the step's
+// tokens once over the batch (a sequence stepping s tokens pins at most
+// ceil((window - 1 + s) / block) + 1 <= local_blocks_per_sequence(window, block, 1) + 1 +
+// ceil(s / block) - 1 blocks, and the ceil(s / block) add up to at most ceil(T / block) + n).
+// 0 without local layers.
+int64_t local_slots_needed(const SlidingWindowConfig& config, int block_size, int num_sequences,
+                           int max_batch_tokens);
+
 // Makes `options` keep only the windows of the local layers (KvStorageOptions::local_layers):
-// room for num_sequences sequences stepping at most max_step_tokens at a time, never more slots
-// than the pool's num_blocks. No-op without local layers.
-void keep_local_windows(const SlidingWindowConfig& config, int block_size, int num_sequences, int max_step_tokens,
+// local_slots_needed() slots, never more than the pool's num_blocks. No-op without local layers.
+void keep_local_windows(const SlidingWindowConfig& config, int block_size, int num_sequences, int max_batch_tokens,
                         int num_blocks, KvStorageOptions& options);
 
 }  // namespace kvlm

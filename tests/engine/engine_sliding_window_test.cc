@@ -7,6 +7,7 @@
 
 #include "engine/engine.h"
 #include "engine_test_util.h"
+#include "model/sliding_window.h"
 #include "reference/reference_forward.h"
 
 namespace kvlm {
@@ -52,10 +53,12 @@ TEST_P(EngineSlidingWindowTest, BatchedLogitsMatchTheNoCacheForwardWithOnlyTheWi
   const KvStorage& storage = engine->storage();
   ASSERT_TRUE(storage.has_local_layers());
   EXPECT_EQ(storage.num_local_layers(), 5);
-  // Local slots for 6 sequences of steps up to 24 tokens and one more (compactions, retained
-  // windows), not for the pool's 512 blocks.
-  const int per_sequence = KvStorage::local_blocks_per_sequence(window, block_size, 24);
-  EXPECT_EQ(storage.num_blocks(0), std::min(512, 7 * per_sequence));
+  // Local slots for the windows of 6 sequences and one more (compactions, retained windows), and
+  // the 24 tokens of a step once, not for the pool's 512 blocks.
+  const int64_t running = local_slots_needed(model.config().sliding_window, block_size, 6, 24);
+  EXPECT_EQ(storage.num_blocks(0), std::min<int64_t>(512, local_slots_needed(model.config().sliding_window,
+                                                                                block_size, 7, 24)));
+  EXPECT_EQ(running, 6 * (KvStorage::local_blocks_per_sequence(window, block_size, 1) + 1) + (24 + block_size - 1) / block_size);
   EXPECT_EQ(storage.num_blocks(5), 512);
 
   const std::vector<RequestOptions> requests = gemma_requests(model);
@@ -77,7 +80,7 @@ TEST_P(EngineSlidingWindowTest, BatchedLogitsMatchTheNoCacheForwardWithOnlyTheWi
   }
   // Every sequence's local layers stayed within its window and step, and gave everything back.
   EXPECT_GT(most_local, 0);
-  EXPECT_LE(most_local, 6 * per_sequence);
+  EXPECT_LE(most_local, running);
   EXPECT_EQ(storage.local_blocks_in_use(), 0);
   EXPECT_EQ(engine->cache().num_used_blocks(), 0);
   EXPECT_EQ(engine->leaked_blocks(), 0);
