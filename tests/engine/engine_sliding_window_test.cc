@@ -3,6 +3,7 @@
 // hits over retained windows; token eviction and KIVI.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "engine/engine.h"
@@ -282,6 +283,79 @@ TEST(EngineSlidingWindow, StreamingRequestMatchesTheOracle) {
   const std::vector<double> expected = reference_logits(model.config(), model.weights(), all, rule);
   ASSERT_EQ(out.logits.size(), expected.size());
   EXPECT_LE(max_relative_error(out.logits, expected), 1e-4);
+}
+
+}  // namespace
+}  // namespace kvlm
+
+namespace kvlm {
+namespace {
+
+// A random mix on a small pool: shared prefixes (hits over retained windows), every eviction
+// policy, KIVI, cancellations mid-flight and preemptions. Every request without a policy that ran
+// to its end equals the same request run alone (an evicting one depends on how the scheduler cut
+// its prompt into steps, so only its completion is checked), and afterwards no block and no local
+// pin is left.
+TEST(EngineSlidingWindow, RandomMixWithCancellationsAndPreemptionsLeavesNothingBehind) {
+  LlamaModel& model = testing::tiny_engine_model("gemma3-tiny");
+  const int vocab = model.config().vocab_size;
+  ThreadPool pool(2);
+  for (KvType type : {KvType::kF16, KvType::kKivi4}) {
+    SCOPED_TRACE(kv_type_name(type));
+    EngineOptions options = gemma_options(4);
+    options.k_type = options.v_type = type;
+    options.storage.kivi_residual_tokens = is_kivi(type) ? 8 : 0;
+    options.num_blocks = 32;  // a few requests at a time: the rest wait or are preempted
+    options.max_seqs = 4;
+    options.max_batch_tokens = 16;
+    options.prefix_caching = true;
+    auto engine = Engine::create(model, pool, options).value();
+    Rng rng(type == KvType::kF16 ? 101 : 202);
+    const std::vector<TokenId> common = random_prompt(50, vocab, 77);
+    constexpr EvictionPolicy kPolicies[] = {EvictionPolicy::kNone, EvictionPolicy::kWindow, EvictionPolicy::kStreaming,
+                                            EvictionPolicy::kH2o, EvictionPolicy::kSnapKv};
+    std::vector<RequestOptions> requests;
+    for (int i = 0; i < 14; ++i) {
+      std::vector<TokenId> prompt(common.begin(), common.begin() + static_cast<ptrdiff_t>(rng.next_u64() % 50));
+      const std::vector<TokenId> own = random_prompt(3 + static_cast<int>(rng.next_u64() % 30), vocab, 300 + i);
+      prompt.insert(prompt.end(), own.begin(), own.end());
+      RequestOptions r = testing::greedy_request(prompt, 5 + static_cast<int>(rng.next_u64() % 30));
+      r.eviction.policy = i % 2 == 0 ? EvictionPolicy::kNone : kPolicies[rng.next_u64() % 5];
+      if (r.eviction.policy != EvictionPolicy::kNone) r.eviction.budget = 20 + static_cast<int>(rng.next_u64() % 30);
+      r.eviction.sinks = 4;
+      r.eviction.snapkv_window = 6;
+      requests.push_back(r);
+    }
+    std::vector<RequestOutput> outputs(requests.size());
+    std::vector<RequestId> ids;
+    for (size_t i = 0; i < requests.size(); ++i) ids.push_back(engine->submit(requests[i], collect_into(outputs[i])).value());
+    std::vector<bool> cancelled(requests.size(), false);
+    int steps = 0;
+    while (engine->step()) {
+      if (++steps % 7 == 0) {
+        const size_t victim = rng.next_u64() % requests.size();
+        if (engine->cancel(ids[victim])) cancelled[victim] = true;
+      }
+    }
+    int compared = 0;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      if (outputs[i].finish == FinishReason::kCancelled) continue;
+      EXPECT_EQ(outputs[i].finish, FinishReason::kLength) << i << ": " << outputs[i].error;
+      if (requests[i].eviction.policy != EvictionPolicy::kNone) continue;
+      EXPECT_EQ(outputs[i].tokens, testing::run_alone(model, options, requests[i]).tokens)
+          << "request " << i << " policy " << eviction_policy_name(requests[i].eviction.policy) << " budget "
+          << requests[i].eviction.budget << " prompt " << requests[i].prompt.size() << " cached "
+          << outputs[i].stats.cached_prompt_tokens << " preempted " << outputs[i].stats.preemptions;
+      ++compared;
+    }
+    EXPECT_GE(compared, 3);
+    EXPECT_GT(engine->metrics().prefix_hit_tokens, 0);
+    EXPECT_GT(engine->metrics().preemptions, 0);
+    EXPECT_GT(std::count(cancelled.begin(), cancelled.end(), true), 0);
+    EXPECT_EQ(engine->storage().local_blocks_in_use(), 0);
+    EXPECT_EQ(engine->leaked_blocks(), 0);
+    EXPECT_EQ(engine->cache().num_used_blocks(), 0);
+  }
 }
 
 }  // namespace
