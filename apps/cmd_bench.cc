@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -10,6 +11,7 @@
 
 #include "cli_error.h"
 #include "commands.h"
+#include "eval/machine_probe.h"
 #include "eval/speed_bench.h"
 #include "kv/kv_type.h"
 #include "kv_flags.h"
@@ -32,6 +34,8 @@ struct BenchFlags {
   bool no_warmup = false;
   std::string fill = "model";
   bool json = false;
+  bool probe_only = false;  // --probe: measure the machine, no model
+  bool no_probe = false;    // --no-probe: no bandwidth probe before the tests (no % BW column)
 };
 
 nlohmann::json row_json(const SpeedBenchRow& row) {
@@ -55,7 +59,33 @@ nlohmann::json row_json(const SpeedBenchRow& row) {
       {"kv_bytes_per_token", row.kv_bytes_per_token},
       {"bytes_per_token", row.bytes_per_token},
       {"gb_per_s", row.gb_per_s},
+      {"bandwidth_share", row.bandwidth_share},
   };
+}
+
+nlohmann::json probe_json(const BandwidthProbe& b) {
+  return {{"median_gb_s", b.median_gb_s}, {"best_gb_s", b.best_gb_s}, {"samples_gb_s", b.samples_gb_s},
+          {"array_bytes", b.array_bytes}, {"threads", b.threads},   {"describe", describe(b)}};
+}
+
+nlohmann::json probe_json(const MatmulProbe& m) {
+  return {{"median_gops", m.median_gops}, {"best_gops", m.best_gops}, {"samples_gops", m.samples_gops},
+          {"rows", m.rows},               {"cols", m.cols},           {"tokens", m.tokens},
+          {"threads", m.threads},         {"describe", describe(m)}};
+}
+
+// `kvlm bench --probe`: the machine alone.
+void run_probe(const BenchFlags& f) {
+  ThreadPool pool(resolve_threads(f.threads));
+  const BandwidthProbe bandwidth = value_or_throw(probe_bandwidth(pool));
+  const MatmulProbe matmul = value_or_throw(probe_matmul(pool));
+  if (f.json) {
+    const nlohmann::json j = {{"bandwidth", probe_json(bandwidth)}, {"matmul", probe_json(matmul)}};
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
+  std::printf("memory bandwidth: %s\n", describe(bandwidth).c_str());
+  std::printf("matrix throughput: %s\n", describe(matmul).c_str());
 }
 
 // --kv-type takes a comma-separated list here ("f16,int8,int4"): one codec per item, each with
@@ -98,6 +128,12 @@ void check_flags_used(const BenchFlags& f, const BenchFlagsGiven& given) {
 }
 
 void run_bench(const BenchFlags& f, const BenchFlagsGiven& given) {
+  if (f.probe_only) {
+    if (!f.model.empty()) throw CliError("--probe measures the machine alone: drop -m, or drop --probe to bench the model");
+    if (f.no_probe) throw CliError("--probe and --no-probe contradict each other: give one");
+    return run_probe(f);
+  }
+  if (f.model.empty()) throw CliError("bench needs a model (-m FILE), or --probe to measure the machine alone");
   check_flags_used(f, given);
   SpeedBenchOptions options;
   options.prompt_tokens = f.prompt_tokens;
@@ -121,7 +157,11 @@ void run_bench(const BenchFlags& f, const BenchFlagsGiven& given) {
   // Checked before the thread pool starts so bad flags fail at once.
   throw_if_error(validate_speed_bench_options(options, model->config()));
   ThreadPool pool(resolve_threads(f.threads));
-  const SpeedBenchResult r = value_or_throw(run_speed_bench(*model, pool, options));
+  // The roofline: this machine's bandwidth on the same threads, measured before the tests.
+  std::optional<BandwidthProbe> bandwidth;
+  if (!f.no_probe) bandwidth = value_or_throw(probe_bandwidth(pool));
+  SpeedBenchResult r = value_or_throw(run_speed_bench(*model, pool, options));
+  if (bandwidth) apply_bandwidth_probe(r, bandwidth->median_gb_s);
 
   if (f.json) {
     nlohmann::json rows = nlohmann::json::array();
@@ -141,6 +181,7 @@ void run_bench(const BenchFlags& f, const BenchFlagsGiven& given) {
         {"seed", r.seed},
         {"weight_bytes_per_token", r.weight_bytes_per_token},
         {"blocks_in_use_at_end", r.blocks_in_use_at_end},
+        {"bandwidth", bandwidth ? probe_json(*bandwidth) : nlohmann::json(nullptr)},
         {"rows", rows},
     };
     std::printf("%s\n", j.dump(2).c_str());
@@ -148,6 +189,7 @@ void run_bench(const BenchFlags& f, const BenchFlagsGiven& given) {
   }
   std::printf("%s", format_speed_bench_table(r).c_str());
   std::printf("\n%s\n", r.machine.c_str());
+  if (bandwidth) std::printf("memory bandwidth (%% BW divides by its median): %s\n", describe(*bandwidth).c_str());
   std::string kv_bytes;  // "f16 32768, int8 16896"
   for (const SpeedBenchCodec& c : options.codecs) {
     for (const SpeedBenchRow& row : r.rows) {
@@ -174,7 +216,7 @@ CLI::App* add_bench_command(CLI::App& app) {
   auto flags = std::make_shared<BenchFlags>();
   CLI::App* cmd = app.add_subcommand(
       "bench", "Prompt-processing (pp) and generation (tg) tokens/s at given KV-cache depths (llama-bench style)");
-  cmd->add_option("--model,-m", flags->model, "GGUF model file")->required();
+  cmd->add_option("--model,-m", flags->model, "GGUF model file (required unless --probe)");
   cmd->add_option("--n-prompt,-p", flags->prompt_tokens, "prompt tokens per pp test; 0 skips pp")
       ->capture_default_str();
   cmd->add_option("--n-gen,-n", flags->gen_tokens, "generated tokens per tg test; 0 skips tg")->capture_default_str();
@@ -196,6 +238,11 @@ CLI::App* add_bench_command(CLI::App& app) {
                       "K/V directly: same attention cost, no model time)")
           ->capture_default_str();
   cmd->add_flag("--json", flags->json, "print one JSON object with every row and number");
+  cmd->add_flag("--probe", flags->probe_only,
+                "measure this machine alone: STREAM-triad memory bandwidth and the Q8_0 matmul's throughput, on -t "
+                "threads (no model)");
+  cmd->add_flag("--no-probe", flags->no_probe,
+                "skip the bandwidth probe run before the tests (the % BW column stays empty)");
   cmd->callback([flags, fill, prefill_chunk] {
     run_bench(*flags, BenchFlagsGiven{.fill = fill->count() > 0, .prefill_chunk = prefill_chunk->count() > 0});
   });

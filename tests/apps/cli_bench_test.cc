@@ -20,7 +20,7 @@ int count_lines(const std::string& s) { return static_cast<int>(std::count(s.beg
 TEST(CliBench, JsonRowsOnStories) {
   KVLM_REQUIRE_SHARED(model, "stories260K.gguf");
   const auto r = run_command(kvlm_binary() + " bench -m " + model.string() +
-                             " -p 32 -n 8 -d 0,64 -r 2 -t 1 --kv-type-v f16 --json");
+                             " -p 32 -n 8 -d 0,64 -r 2 -t 1 --kv-type-v f16 --no-probe --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["threads"].get<int>(), 1);
@@ -76,7 +76,7 @@ TEST(CliBench, TableAndMachineLine) {
 TEST(CliBench, SeveralCodecsSideBySide) {
   KVLM_REQUIRE_SHARED(model, "stories260K.gguf");
   const auto r = run_command(kvlm_binary() + " bench -m " + model.string() +
-                             " -p 0 -n 4 -d 0,40 -r 3 -t 1 --kv-type f16,int8,int4 --fill random-kv --json");
+                             " -p 0 -n 4 -d 0,40 -r 3 -t 1 --kv-type f16,int8,int4 --fill random-kv --no-probe --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["blocks_in_use_at_end"].get<int>(), 0);
@@ -95,11 +95,66 @@ TEST(CliBench, SeveralCodecsSideBySide) {
     EXPECT_EQ(rows[i]["samples_tps"].size(), 3u);
   }
   const auto table = run_command(kvlm_binary() + " bench -m " + model.string() +
-                                 " -p 0 -n 2 -d 0 -r 1 -t 1 --kv-type f16,kivi4 --kv-type-v f32");
+                                 " -p 0 -n 2 -d 0 -r 1 -t 1 --kv-type f16,kivi4 --kv-type-v f32 --no-probe");
   ASSERT_EQ(table.exit_code, 0) << table.err;
   EXPECT_NE(table.out.find("| f16    | f32    |"), std::string::npos) << table.out;
   EXPECT_NE(table.out.find("| kivi4  | f32    |"), std::string::npos) << table.out;
   EXPECT_NE(table.out.find("repetitions interleaved across the 2 codecs"), std::string::npos) << table.out;
+}
+
+// The roofline: a bandwidth probe before the tests, and each decode row's share of it.
+TEST(CliBench, DecodeRowsReportTheirShareOfTheProbedBandwidth) {
+  KVLM_REQUIRE_SHARED(model, "stories260K.gguf");
+  const auto r = run_command(kvlm_binary() + " bench -m " + model.string() + " -p 8 -n 4 -r 1 -t 1 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  const double bandwidth = j["bandwidth"]["median_gb_s"].get<double>();
+  EXPECT_GT(bandwidth, 0.0);
+  EXPECT_EQ(j["bandwidth"]["threads"].get<int>(), 1);
+  for (const auto& row : j["rows"]) {
+    SCOPED_TRACE(row["test"].get<std::string>());
+    if (row["kind"] == "tg") {
+      EXPECT_NEAR(row["bandwidth_share"].get<double>(), row["gb_per_s"].get<double>() / bandwidth, 1e-12);
+      EXPECT_GT(row["bandwidth_share"].get<double>(), 0.0);
+    } else {
+      EXPECT_EQ(row["bandwidth_share"].get<double>(), 0.0);
+    }
+  }
+  const auto table = run_command(kvlm_binary() + " bench -m " + model.string() + " -p 0 -n 4 -r 1 -t 1");
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("| % BW |"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("memory bandwidth (% BW divides by its median): triad"), std::string::npos) << table.out;
+  const auto skipped = run_command(kvlm_binary() + " bench -m " + model.string() + " -p 0 -n 4 -r 1 -t 1 --no-probe --json");
+  ASSERT_EQ(skipped.exit_code, 0) << skipped.err;
+  const auto s = nlohmann::json::parse(skipped.out);
+  EXPECT_TRUE(s["bandwidth"].is_null());
+  EXPECT_EQ(s["rows"][0]["bandwidth_share"].get<double>(), 0.0);
+}
+
+TEST(CliBench, ProbeMeasuresTheMachineAlone) {
+  const auto r = run_command(kvlm_binary() + " bench --probe -t 1 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j["bandwidth"]["median_gb_s"].get<double>(), 0.0);
+  EXPECT_GE(j["bandwidth"]["best_gb_s"].get<double>(), j["bandwidth"]["median_gb_s"].get<double>());
+  EXPECT_EQ(j["bandwidth"]["samples_gb_s"].size(), 5u);
+  EXPECT_GE(j["bandwidth"]["array_bytes"].get<uint64_t>(), uint64_t{128} << 20);
+  EXPECT_GT(j["matmul"]["median_gops"].get<double>(), 0.0);
+  EXPECT_EQ(j["matmul"]["tokens"].get<int>(), 128);
+  const auto text = run_command(kvlm_binary() + " bench --probe -t 1");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("memory bandwidth: triad"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("matrix throughput: Q8_0 matmul"), std::string::npos) << text.out;
+  // Without a model and without --probe there is nothing to do; --probe with a model is one or the other.
+  const auto none = run_command(kvlm_binary() + " bench -t 1");
+  EXPECT_NE(none.exit_code, 0);
+  EXPECT_NE(none.err.find("bench needs a model (-m FILE), or --probe"), std::string::npos) << none.err;
+  const auto both = run_command(kvlm_binary() + " bench --probe -m x.gguf");
+  EXPECT_NE(both.exit_code, 0);
+  EXPECT_NE(both.err.find("--probe measures the machine alone"), std::string::npos) << both.err;
+  const auto contradictory = run_command(kvlm_binary() + " bench --probe --no-probe");
+  EXPECT_NE(contradictory.exit_code, 0);
+  EXPECT_NE(contradictory.err.find("--no-probe"), std::string::npos) << contradictory.err;
 }
 
 TEST(CliBench, BadFlagsGiveOneLineErrors) {

@@ -17,29 +17,16 @@
 #include "model/model_synthesizer.h"
 #include "model/sliding_window.h"
 #include "reference/reference_forward.h"
+#include "evict_test_util.h"
 #include "support/test_paths.h"
 
 namespace kvlm {
 namespace {
 
-LlamaModel& gemma_model() {
-  static std::unique_ptr<LlamaModel> model;
-  if (!model) {
-    SynthOptions options;
-    options.shape = synth_preset("gemma3-tiny").value();
-    options.out_path = (testing::scratch_dir("evict_gemma3_tiny") / "model.gguf").string();
-    EXPECT_TRUE(synthesize_model(options).ok());
-    model = LlamaModel::load(options.out_path).value();
-  }
-  return *model;
-}
+using testing::contiguous_rule;
+using testing::random_tokens;
 
-std::vector<TokenId> random_tokens(int n, int vocab, uint64_t seed) {
-  Rng rng(seed);
-  std::vector<TokenId> tokens(static_cast<size_t>(n));
-  for (TokenId& t : tokens) t = static_cast<TokenId>(rng.next_u64() % static_cast<uint64_t>(vocab));
-  return tokens;
-}
+LlamaModel& gemma_model() { return testing::eviction_test_model("gemma3-tiny"); }
 
 struct WindowRunSetup {
   EvictionOptions eviction;
@@ -92,47 +79,17 @@ WindowRun run_sequence(LlamaModel& model, const WindowRunSetup& setup, std::span
   return out;
 }
 
-// Full causal attention for the prompt, then the recorded live sets; the oracle adds the local
-// layers' window by position itself.
-ReferenceVisibility recorded_rule(const WindowRun& r, int prompt_len) {
-  std::vector<std::set<int64_t>> sets;
-  for (const auto& live : r.live) sets.emplace_back(live.begin(), live.end());
-  ReferenceVisibility v;
-  v.visible = [sets, prompt_len](int64_t t, int64_t s) {
-    return t < prompt_len || sets[static_cast<size_t>(t - prompt_len)].count(s) > 0;
-  };
-  return v;
-}
-
-// Window and streaming: the live set, and where a sink's query is rotated.
-ReferenceVisibility contiguous_rule(const EvictionOptions& o) {
-  const int sinks = o.policy == EvictionPolicy::kStreaming ? o.sinks : 0;
-  const int budget = o.budget;
-  ReferenceVisibility v;
-  v.visible = [=](int64_t t, int64_t s) { return s > t - (budget - sinks) || (t >= budget && s < sinks) ||
-                                                 t < budget; };
-  v.query_position = [=](int64_t t, int64_t s) { return (t >= budget && s < sinks) ? budget - 1 : t; };
-  return v;
-}
-
 double error_vs_oracle(LlamaModel& model, std::span<const TokenId> tokens, const WindowRun& r, const WindowRunSetup& setup,
                        int prompt_len) {
   const EvictionPolicy p = setup.eviction.policy;
   const ReferenceVisibility rule = (p == EvictionPolicy::kWindow || p == EvictionPolicy::kStreaming)
                                        ? contiguous_rule(setup.eviction)
-                                       : recorded_rule(r, prompt_len);
+                                       : testing::recorded_rule(r.live, prompt_len);
   return max_relative_error(r.logits, reference_logits(model.config(), model.weights(), tokens, rule));
 }
 
-EvictionOptions policy(EvictionPolicy p, int budget) {
-  EvictionOptions o;
-  o.policy = p;
-  o.budget = budget;
-  o.sinks = 4;
-  o.snapkv_window = 6;
-  o.snapkv_kernel = 3;
-  return o;
-}
+// The oracle adds the local layers' window by position itself.
+EvictionOptions policy(EvictionPolicy p, int budget) { return testing::test_policy(p, budget); }
 
 constexpr EvictionPolicy kPolicies[] = {EvictionPolicy::kWindow, EvictionPolicy::kStreaming, EvictionPolicy::kH2o,
                                         EvictionPolicy::kSnapKv};

@@ -16,30 +16,16 @@
 #include "model/llama_model.h"
 #include "model/model_synthesizer.h"
 #include "reference/reference_forward.h"
+#include "evict_test_util.h"
 #include "support/test_paths.h"
 
 namespace kvlm {
 namespace {
 
-LlamaModel& tiny_model(const std::string& preset) {
-  static std::map<std::string, std::unique_ptr<LlamaModel>> models;
-  auto& slot = models[preset];
-  if (!slot) {
-    SynthOptions options;
-    options.shape = synth_preset(preset).value();
-    options.out_path = (testing::scratch_dir("evict_" + preset) / "model.gguf").string();
-    EXPECT_TRUE(synthesize_model(options).ok());
-    slot = LlamaModel::load(options.out_path).value();
-  }
-  return *slot;
-}
+using testing::contiguous_rule;
+using testing::random_tokens;
 
-std::vector<TokenId> random_tokens(int n, int vocab, uint64_t seed) {
-  Rng rng(seed);
-  std::vector<TokenId> tokens(static_cast<size_t>(n));
-  for (TokenId& t : tokens) t = static_cast<TokenId>(rng.next_u64() % static_cast<uint64_t>(vocab));
-  return tokens;
-}
+LlamaModel& tiny_model(const std::string& preset) { return testing::eviction_test_model(preset); }
 
 // One run: a prompt in one forward, then one token per forward.
 struct PolicyRun {
@@ -90,26 +76,8 @@ PolicyRun run_policy(LlamaModel& model, const RunSetup& setup, std::span<const T
   return run;
 }
 
-// What window and streaming must keep for query t, and where its sink query is rotated.
-ReferenceVisibility contiguous_rule(const EvictionOptions& o) {
-  const int sinks = o.policy == EvictionPolicy::kStreaming ? o.sinks : 0;
-  const int budget = o.budget;
-  ReferenceVisibility v;
-  v.visible = [=](int64_t t, int64_t s) { return s > t - (budget - sinks) || (t >= budget && s < sinks) ||
-                                                 t < budget; };
-  v.query_position = [=](int64_t t, int64_t s) { return (t >= budget && s < sinks) ? budget - 1 : t; };
-  return v;
-}
-
-// Full causal attention for the prompt, then the recorded live sets.
 ReferenceVisibility recorded_rule(const PolicyRun& run, int prompt_len) {
-  std::vector<std::set<int64_t>> sets;
-  for (const auto& live : run.live) sets.emplace_back(live.begin(), live.end());
-  ReferenceVisibility v;
-  v.visible = [sets, prompt_len](int64_t t, int64_t s) {
-    return t < prompt_len || sets[static_cast<size_t>(t - prompt_len)].count(s) > 0;
-  };
-  return v;
+  return testing::recorded_rule(run.live, prompt_len);
 }
 
 double error_vs(const LlamaModel& model, std::span<const TokenId> tokens, const PolicyRun& run,
@@ -117,15 +85,7 @@ double error_vs(const LlamaModel& model, std::span<const TokenId> tokens, const 
   return max_relative_error(run.logits, reference_logits(model.config(), model.weights(), tokens, rule));
 }
 
-EvictionOptions policy(EvictionPolicy p, int budget) {
-  EvictionOptions o;
-  o.policy = p;
-  o.budget = budget;
-  o.sinks = 4;
-  o.snapkv_window = 6;
-  o.snapkv_kernel = 3;
-  return o;
-}
+EvictionOptions policy(EvictionPolicy p, int budget) { return testing::test_policy(p, budget); }
 
 TEST(EvictingSequence, BudgetAboveTheLengthEqualsTheFullCacheBitForBit) {
   LlamaModel& model = tiny_model("tiny-gqa");

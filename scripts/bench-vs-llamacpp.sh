@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# Side by side on one GGUF file: llama.cpp's llama-bench (mainline and ik_llama.cpp, from
+# ../shared/anchors) and kvlm bench, same tests, threads and depths, one repetition of each
+# engine in turn, so that a machine whose speed drifts shifts all of them alike. Prints one table:
+# medians, the ratios, and each engine's share of this machine's measured bandwidth (kvlm bench
+# --probe's triad) for the decode rows.
+#
+#   scripts/bench-vs-llamacpp.sh MODEL.gguf [-p 512] [-n 32] [-d 0,2048] [-t 2] [-r 3] [--kv f16|bf16|q8]
+#                                [--kvlm build/kvlm] [--anchors ../shared/anchors] [--json OUT.json] [-q]
+#
+# Progress (one line per engine run) goes to stderr; -q silences it.
+# --kv q8 compares kvlm's int8 cache with llama.cpp's q8_0 (both 8 bits a value plus a scale).
+# An engine whose binary is missing is left out with a message; kvlm must be there.
+set -euo pipefail
+here="$(cd "$(dirname "$0")/.." && pwd)"
+exec python3 - "$here" "$@" <<'PY'
+import json, os, statistics, subprocess, sys
+
+root = sys.argv[1]
+args = sys.argv[2:]
+usage = ("usage: scripts/bench-vs-llamacpp.sh MODEL.gguf [-p N] [-n N] [-d D1,D2] [-t T] [-r R] "
+         "[--kv f16|bf16|q8] [--kvlm PATH] [--anchors DIR] [--json OUT] [-q]")
+opts = {"-p": "512", "-n": "32", "-d": "0", "-t": str(min(os.cpu_count() or 1, 2)), "-r": "3", "--kv": "f16",
+        "--kvlm": os.path.join(root, "build", "kvlm"), "--anchors": None, "--json": None}
+model = None
+quiet = False
+i = 0
+while i < len(args):
+    a = args[i]
+    if a in ("-h", "--help"):
+        print(usage)
+        sys.exit(0)
+    if a in ("-q", "--quiet"):
+        quiet = True
+        i += 1
+        continue
+    if a in opts:
+        if i + 1 >= len(args):
+            sys.exit(f"bench-vs-llamacpp: {a} needs a value\n{usage}")
+        opts[a] = args[i + 1]
+        i += 2
+        continue
+    if a.startswith("-") or model is not None:
+        sys.exit(f"bench-vs-llamacpp: unknown argument '{a}'\n{usage}")
+    model = a
+    i += 1
+if model is None:
+    sys.exit(usage)
+if not os.path.isfile(model):
+    sys.exit(f"bench-vs-llamacpp: no model file '{model}'")
+for k in ("-p", "-n", "-t", "-r"):
+    if not opts[k].isdigit():
+        sys.exit(f"bench-vs-llamacpp: {k} takes a whole number, got '{opts[k]}'")
+depths = opts["-d"].split(",")
+if not all(d.isdigit() for d in depths):
+    sys.exit(f"bench-vs-llamacpp: -d takes whole numbers separated by commas, got '{opts['-d']}'")
+# llama-bench's caches: f16, bf16 and the q types (no f32).
+kv_map = {"f16": ("f16", "f16"), "bf16": ("bf16", "bf16"), "q8": ("int8", "q8_0")}
+if opts["--kv"] not in kv_map:
+    sys.exit(f"bench-vs-llamacpp: --kv '{opts['--kv']}' is not one of: {', '.join(kv_map)}")
+kvlm_kv, llama_kv = kv_map[opts["--kv"]]
+reps = int(opts["-r"])
+if reps < 1:
+    sys.exit("bench-vs-llamacpp: -r must be at least 1")
+
+kvlm = opts["--kvlm"]
+if not os.access(kvlm, os.X_OK):
+    sys.exit(f"bench-vs-llamacpp: no kvlm binary at {kvlm} (build it, or give --kvlm)")
+anchors = opts["--anchors"] or os.environ.get("KVLM_SHARED") and os.path.join(os.environ["KVLM_SHARED"], "anchors")
+if not anchors:
+    anchors = os.path.join(root, "..", "shared", "anchors")
+engines = []  # (name, command without -r)
+common = ["-m", model, "-p", opts["-p"], "-n", opts["-n"], "-t", opts["-t"]]
+deep = any(int(d) > 0 for d in depths)
+# ik_llama.cpp's llama-bench has no -d: it runs the depth-0 tests only.
+for name, rel, extra, takes_depth in (("llama.cpp", "llama.cpp/llama-bench", ["-fa", "1"], True),
+                                      ("ik_llama.cpp", "ik_llama.cpp/llama-bench", ["-fa", "1", "-rtr", "1"], False)):
+    path = os.path.join(anchors, rel)
+    if not os.access(path, os.X_OK):
+        print(f"note: {name} left out: no {path}", file=sys.stderr)
+        continue
+    depth = ["-d", opts["-d"]] if takes_depth else []
+    if deep and not takes_depth:
+        if "0" not in depths:
+            print(f"note: {name} left out: its llama-bench has no -d, and no depth 0 was asked", file=sys.stderr)
+            continue
+        print(f"note: {name}'s llama-bench has no -d: depth 0 only", file=sys.stderr)
+    engines.append((name, [path] + common + depth + extra + ["-ctk", llama_kv, "-ctv", llama_kv, "-o", "json"]))
+engines.append(("kvlm", [kvlm, "bench"] + common + ["-d", opts["-d"], "--kv-type", kvlm_kv, "--no-probe", "--json"]))
+
+def run(cmd, fatal=True):
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        message = f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stderr[-2000:]}"
+        if fatal:
+            sys.exit(f"bench-vs-llamacpp: {message}")
+        print(f"note: {message}", file=sys.stderr)
+        return None
+    return json.loads(r.stdout)
+
+def test_name(p, n, d):
+    name = f"pp{p}" if p > 0 else f"tg{n}"
+    return name if d == 0 else f"{name} @ d{d}"
+
+probe = run([kvlm, "bench", "--probe", "--json", "-t", opts["-t"]])
+bandwidth = probe["bandwidth"]["median_gb_s"]
+samples = {}      # (engine, test) -> [t/s]
+traffic = {}      # test -> decode bytes per token (kvlm's count)
+order = []
+for rep in range(reps):
+    for name, cmd in list(engines):
+        if not quiet:
+            print(f"rep {rep + 1}/{reps}: {name}", file=sys.stderr, flush=True)
+        # An anchor that cannot run this file (llama.cpp refuses some shapes) is left out, said so.
+        out = run(cmd + ["-r", "1"], fatal=name == "kvlm")
+        if out is None:
+            engines.remove((name, cmd))
+            print(f"note: {name} left out of the table", file=sys.stderr)
+            continue
+        rows = out["rows"] if name == "kvlm" else out
+        for row in rows:
+            if name == "kvlm":
+                test = row["test"]
+                if row["kind"] == "tg":
+                    traffic[test] = row["bytes_per_token"]
+                values = row["samples_tps"]
+            else:
+                test = test_name(row["n_prompt"], row["n_gen"], row.get("n_depth", 0))
+                values = row["samples_ts"]
+            if test not in order:
+                order.append(test)
+            samples.setdefault((name, test), []).extend(values)
+
+names = [n for n, _ in engines]
+med = {k: statistics.median(v) for k, v in samples.items()}
+header = ["test"] + [f"{n} t/s" for n in names] + [f"kvlm / {n}" for n in names if n != "kvlm"]
+header += ["MB/token"] + [f"{n} % BW" for n in names]
+lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
+table = []
+for test in order:
+    cells = [test]
+    for n in names:
+        v = med.get((n, test))
+        cells.append(f"{v:.2f}" if v is not None else "–")
+    k = med.get(("kvlm", test))
+    for n in names:
+        if n == "kvlm":
+            continue
+        v = med.get((n, test))
+        cells.append(f"{k / v:.2f}x" if k is not None and v else "–")
+    bytes_tok = traffic.get(test)
+    cells.append(f"{bytes_tok / 1e6:.1f}" if bytes_tok else "")
+    entry = {"test": test, "median_tps": {n: med.get((n, test)) for n in names},
+             "samples_tps": {n: samples.get((n, test), []) for n in names}, "bytes_per_token": bytes_tok}
+    for n in names:
+        v = med.get((n, test))
+        share = bytes_tok * v / 1e9 / bandwidth if bytes_tok and v else None
+        cells.append(f"{100 * share:.0f}%" if share is not None else "")
+        entry.setdefault("bandwidth_share", {})[n] = share
+    lines.append("| " + " | ".join(cells) + " |")
+    table.append(entry)
+print("\n".join(lines))
+threads = int(opts["-t"])
+print(f"\n{os.path.basename(model)}, {threads} thread{'' if threads == 1 else 's'}, KV {kvlm_kv} (llama.cpp {llama_kv}), medians of {reps} "
+      f"interleaved repetitions; bandwidth: {probe['bandwidth']['describe']}; {probe['matmul']['describe']}")
+print("MB/token and % BW count what a decode step reads (kvlm's count: every weight matrix + the KV it attends "
+      "over); ik_llama.cpp is an AVX2 build")
+if opts["--json"]:
+    with open(opts["--json"], "w") as f:
+        json.dump({"model": model, "threads": int(opts["-t"]), "kv": opts["--kv"], "reps": reps, "probe": probe,
+                   "rows": table}, f, indent=2)
+PY
