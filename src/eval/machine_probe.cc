@@ -12,16 +12,11 @@
 
 #include "core/quantize.h"
 #include "core/rng.h"
+#include "eval/sample_stats.h"
 #include "ops/matmul.h"
 
 namespace kvlm {
 namespace {
-
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -17,6 +17,7 @@
 #include "core/dtype.h"
 #include "core/rng.h"
 #include "engine/release_sequence.h"
+#include "eval/sample_stats.h"
 #include "gguf/gguf_file.h"
 #include "kv/kv_storage.h"
 #include "model/llama_model.h"
@@ -28,28 +29,6 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kMaxBlockSize = 4096;
 constexpr int kMaxPrefillChunk = 65536;
-
-double mean_of(std::span<const double> xs) {
-  double sum = 0;
-  for (double x : xs) sum += x;
-  return xs.empty() ? 0.0 : sum / static_cast<double>(xs.size());
-}
-
-double median_of(std::vector<double> xs) {
-  if (xs.empty()) return 0.0;
-  std::sort(xs.begin(), xs.end());
-  const size_t n = xs.size();
-  return n % 2 == 1 ? xs[n / 2] : (xs[n / 2 - 1] + xs[n / 2]) / 2;
-}
-
-// Sample standard deviation (divides by n - 1), as llama-bench reports; 0 for fewer than two samples.
-double stddev_of(std::span<const double> xs) {
-  if (xs.size() < 2) return 0.0;
-  const double m = mean_of(xs);
-  double sq = 0;
-  for (double x : xs) sq += (x - m) * (x - m);
-  return std::sqrt(sq / static_cast<double>(xs.size() - 1));
-}
 
 std::string cpu_model_name() {
   std::ifstream in("/proc/cpuinfo");

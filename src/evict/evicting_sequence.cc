@@ -315,7 +315,7 @@ Result<int> EvictingSequence::plan_step(std::span<const TokenId> tokens, LogitsR
     step.num_weight_queries = pending_h2o_ ? n : options_.snapkv_window;
     ++stats_.weight_passes;
   }
-  if (has_local_layers()) {
+  if (has_sliding_window()) {
     const int window = model_.config().sliding_window.window;
     local_first_tokens_.resize(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) local_first_tokens_[static_cast<size_t>(i)] = first_slot_after(num_fed_ + i - window);
@@ -335,8 +335,8 @@ void EvictingSequence::attach_prefix(std::span<const BlockId> blocks) {
   // The blocks the next token's window reaches must still hold their local-layer bytes (the
   // engine matches only such prefixes).
   if (storage_.has_local_layers()) {
-    const int64_t first = std::max<int64_t>(0, num_fed_ - model_.config().sliding_window.window + 1);
-    local_hold_.adopt(storage_, cache_.table(seq_).block_ids(), static_cast<int>(first / cache_.block_size()));
+    const int first = first_slot_after(num_fed_ - model_.config().sliding_window.window);
+    local_hold_.adopt(storage_, cache_.table(seq_).block_ids(), first / cache_.block_size());
   }
   KVLM_CHECK(options_.policy == EvictionPolicy::kNone || num_fed_ <= options_.budget,
              "sequence {}: a prefix of {} tokens exceeds the budget {}", seq_.value, num_fed_, options_.budget);

@@ -134,7 +134,8 @@ class EvictingSequence {
   int first_slot_after(int64_t position) const;
   // The first slot the next token's local-layer window reaches; the blocks before it are unpinned.
   void release_local_before_window();
-  bool has_local_layers() const { return model_.config().sliding_window.any(); }
+  // The model has sliding-window layers (whether or not the storage keeps only their windows).
+  bool has_sliding_window() const { return model_.config().sliding_window.any(); }
   void note_peaks();
 
   LlamaModel& model_;

@@ -189,11 +189,8 @@ float** KvStorage::staging_entry(const Staging& staging, int layer, BlockId bloc
 bool KvStorage::pin_local_block(BlockId block) {
   if (!has_local_layers()) return true;
   check_address(0, block);
-  int32_t reclaimed = -1;
-  if (!local_map_.pin(block.value, &reclaimed)) return false;
   // A retained slot was never staged (unpin_local_block), so taking it loses no buffer.
-  (void)reclaimed;
-  return true;
+  return local_map_.pin(block.value);
 }
 
 void KvStorage::unpin_local_block(BlockId block) {

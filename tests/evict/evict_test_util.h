@@ -11,6 +11,8 @@
 #include <gtest/gtest.h>
 
 #include "core/rng.h"
+#include "core/thread_pool.h"
+#include "evict/evicting_sequence.h"
 #include "evict/eviction_options.h"
 #include "model/llama_model.h"
 #include "model/model_synthesizer.h"
@@ -71,6 +73,17 @@ inline EvictionOptions test_policy(EvictionPolicy p, int budget) {
   o.snapkv_window = 6;
   o.snapkv_kernel = 3;
   return o;
+}
+
+// Feeds `tokens` one forward each and returns every step's last-row logits, concatenated.
+inline std::vector<float> feed_one_by_one(EvictingSequence& sequence, std::span<const TokenId> tokens,
+                                          ThreadPool& pool) {
+  std::vector<float> all, logits;
+  for (TokenId t : tokens) {
+    EXPECT_TRUE(sequence.forward(std::span<const TokenId>(&t, 1), LogitsRows::kLast, pool, logits).ok());
+    all.insert(all.end(), logits.begin(), logits.end());
+  }
+  return all;
 }
 
 }  // namespace kvlm::testing

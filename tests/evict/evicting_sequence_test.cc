@@ -287,12 +287,7 @@ TEST(EvictingSequence, SharedBlocksAreCopiedBeforeTheyAreWrittenAndTheOtherOwner
     ThreadPool pool(1);
     const EvictionOptions o = policy(p, 16);
     auto feed = [&](EvictingSequence& s, std::span<const TokenId> toks) {
-      std::vector<float> all, logits;
-      for (TokenId t : toks) {
-        EXPECT_TRUE(s.forward(std::span<const TokenId>(&t, 1), LogitsRows::kLast, pool, logits).ok());
-        all.insert(all.end(), logits.begin(), logits.end());
-      }
-      return all;
+      return testing::feed_one_by_one(s, toks, pool);
     };
     {
       EvictingSequence a(model, cache, *storage, o);
