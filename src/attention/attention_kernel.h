@@ -12,6 +12,9 @@ namespace kvlm::attention_internal {
 // What every task of one paged_attention call shares.
 struct AttentionWork {
   KvLayout layout;
+  // Values per output row: layout.value_dim() (head_dim, or a latent layout's value prefix).
+  int value_dim = 0;
+  // A latent layout's kernels read V from the K rows themselves (v_arena is k_arena then).
   const std::byte* k_arena = nullptr;  // [num_blocks, k_block_bytes]
   const std::byte* v_arena = nullptr;  // [num_blocks, v_block_bytes]
   // KIVI only: per block id, its f32 staging rows while staged, else nullptr
@@ -52,13 +55,17 @@ struct AttentionTask {
   int query_end = 0;
   int token_begin = 0;
   int token_end = 0;
-  float* out = nullptr;          // [num_queries, num_heads, head_dim], or nullptr when partial
+  float* out = nullptr;          // [num_queries, num_heads, value_dim], or nullptr when partial
   float* partial_max = nullptr;  // [num_queries, num_heads]  (this chunk's slice)
   float* partial_sum = nullptr;  // [num_queries, num_heads]
-  float* partial_acc = nullptr;  // [num_queries, num_heads, head_dim]
-  // Caller-owned working memory of task_scratch_floats(rows, head_dim) floats,
+  float* partial_acc = nullptr;  // [num_queries, num_heads, value_dim]
+  // Caller-owned working memory of task_scratch_floats(rows, head_dim) floats (value_dim <= head_dim),
   // so that the ISA-specific kernels allocate nothing.
   float* scratch = nullptr;
+  // True when scratch already holds these rows' prepared queries (pre-scaled, or rounded for
+  // integer keys): the previous task on this scratch had the same call, work, kv head and
+  // queries, another chunk of the same rows (flash-decoding), so preparing them again is skipped.
+  bool query_prepared = false;
 };
 
 // Integer query rows are padded to a multiple of this many values (the widest chunk).
@@ -97,5 +104,11 @@ void count_kernel_family_run(KernelFamily family);
 AttentionKernelFn attention_kernel_portable(KvType k_type, KvType v_type);
 AttentionKernelFn attention_kernel_avx2(KvType k_type, KvType v_type);
 AttentionKernelFn attention_kernel_avx512(KvType k_type, KvType v_type);
+// Kernels for a latent layout (KvLayout::is_latent) whose rows are `row_type`: the V rows are
+// the K rows, read through the same loader, their first value_dim values accumulated. The SIMD
+// ones also need value_dim % 8 or % 16 == 0. Every type but KIVI; nullptr for KIVI.
+AttentionKernelFn latent_attention_kernel_portable(KvType row_type);
+AttentionKernelFn latent_attention_kernel_avx2(KvType row_type);
+AttentionKernelFn latent_attention_kernel_avx512(KvType row_type);
 
 }  // namespace kvlm::attention_internal

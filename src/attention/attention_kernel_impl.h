@@ -21,22 +21,26 @@ namespace kvlm::attention_internal {
 namespace {
 
 // The ops type V provides: Reg, kWidth (dividing head_dim and kTileTokens),
-// zero, load, store, set1, fma(a, b, c) = a*b + c, add, mul, max, reduce_add,
-// reduce_max, exp (0 for -inf and for arguments below about -87), and the
-// register blocking that fits its register file:
+// zero, load, load_reg (a load kept in one register, for values several FMAs use), store,
+// set1, fma(a, b, c) = a*b + c, add, mul, max, reduce_add, reduce_max, exp (0 for -inf and
+// for arguments below about -87), and the register blocking that fits its register file:
 //   qk_tokens<NR>()  tokens whose NR dot products are accumulated at once (1, 2 or 4),
 //   reduce_add_n<N>(const Reg* v, float* out)  out[i] = sum of v[i]'s lanes, N as above,
 //   pv_chunks<NR>()  head_dim chunks of kWidth whose NR accumulators stay in registers.
 // The loaders provide Row, row(block, layout, kv_head, slot), prefetch_slots(block,
 // layout, kv_head, slot_begin, slot_end) and load(row, d) -> Reg holding
 // elements [d, d + kWidth) of the row as f32.
-template <class V, class KL, class VL>
+// kLatent (a latent layout, KvLayout::is_latent): the V rows are the K rows (VL is KL), whose
+// first value_dim values are accumulated; nothing about V is loaded or prefetched apart from
+// the V side's convert_meta, run on the K rows. Otherwise value_dim is head_dim.
+template <class V, class KL, class VL, bool kLatent = false>
 struct AttentionKernel {
   using Reg = typename V::Reg;
   using KRow = typename KL::Row;
   using VRow = typename VL::Row;
   static constexpr int W = V::kWidth;
   static_assert(kTileTokens % W == 0);
+  static_assert(!kLatent || std::is_same_v<KL, VL>, "latent rows are read through one loader");
 
   // s[r, t + j] = q[r] · k[t + j] for NR rows and TB tokens: each K chunk is
   // decoded once for all NR rows, and the NR × TB sums are reduced together.
@@ -57,7 +61,7 @@ struct AttentionKernel {
       for (int r = 0; r < NR; ++r) {
         KVLM_ATTENTION_UNROLL
         for (int c = 0; c < DB; ++c) {
-          const Reg qr = V::load(q + r * D + d + c * W);
+          const Reg qr = V::load_reg(q + r * D + d + c * W);
           KVLM_ATTENTION_UNROLL
           for (int j = 0; j < TB; ++j) acc[r][j] = V::fma(qr, k[j][c], acc[r][j]);
         }
@@ -159,9 +163,10 @@ struct AttentionKernel {
     size_t pp = 0;
     int group = 0;     // g (int4 keys)
     bool simd = false;  // whether V's int4 kernel fits this shape (else the scalar form)
-    // int4 keys: [qp / 4] where the (scale, min) pair of values [4i, 4i + 4) starts among a
-    // token's pairs, 2 × (4i / g); past head_dim, the last group's. The SIMD kernels sum 4
-    // values per lane, so a chunk's lane scales are one permute of the pairs by this.
+    // int4 keys: [qp / 4] where the (scale, min) pair of values [4i, 4i + 4) starts among its
+    // segment's pairs (V::kInt4SegmentGroups groups, one register of pairs), 2 × (4i / g mod
+    // segment groups); past head_dim, the last group's. The SIMD kernels sum 4 values per
+    // lane, so a chunk's lane scales are one permute of the segment's pairs by this.
     const int32_t* lane_pair = nullptr;
   };
 
@@ -177,18 +182,20 @@ struct AttentionKernel {
     float* qsum_pairs = step + num_rows;
     iq.group = kv_format::group_size(D);
     const int num_groups = D / iq.group;
-    iq.pp = static_cast<size_t>(2 * num_groups < 16 ? 16 : 2 * num_groups);
+    // Whole registers of pairs: the SIMD kernels read one segment's from any group on.
+    iq.pp = static_cast<size_t>((2 * num_groups + 15) / 16 * 16);
     if constexpr (kIntGroupKeys) {
       int32_t* lane_pair = reinterpret_cast<int32_t*>(qsum_pairs + static_cast<size_t>(num_rows) * iq.pp);
       for (size_t i = 0; i < iq.qp / 4; ++i) {
         const int d = static_cast<int>(4 * i) < D ? static_cast<int>(4 * i) : D - 1;
-        lane_pair[i] = 2 * (d / iq.group);
+        lane_pair[i] = 2 * ((d / iq.group) % V::kInt4SegmentGroups);
       }
       iq.lane_pair = lane_pair;
       iq.simd = V::int4_fits(D, iq.group);
     }
     int16_t* natural = reinterpret_cast<int16_t*>(natural_scratch);
-    for (int r = 0; r < num_rows; ++r) {
+    // The rows, steps and sums are there already when the scratch holds this task's queries.
+    for (int r = 0; r < (task.query_prepared ? 0 : num_rows); ++r) {
       const int qi = task.query_begin + r / G;
       const int head = task.kv_head * G + r % G;
       const float* src = w.q + (static_cast<size_t>(qi) * w.num_heads + head) * D;
@@ -265,8 +272,8 @@ struct AttentionKernel {
   // weights p (in place) relative to the updated running max, and rescales the
   // running sum and accumulator when the max grows.
   // Only the row's visible tokens [lo, hi) of the tile count; the others get weight 0.
-  static void softmax_update(float* s /*[kTileTokens]*/, int lo, int hi, float& m, float& l, float* acc /*[D]*/,
-                             int D) {
+  static void softmax_update(float* s /*[kTileTokens]*/, int lo, int hi, float& m, float& l, float* acc /*[Dv]*/,
+                             int Dv) {
     if (hi <= lo) {  // nothing visible to this row here: zero weights
       for (int t = 0; t < kTileTokens; t += W) V::store(s + t, V::zero());
       return;
@@ -289,7 +296,7 @@ struct AttentionKernel {
       const float alpha = scalar_exp(m - m_new);
       l *= alpha;
       const Reg valpha = V::set1(alpha);
-      for (int d = 0; d < D; d += W) V::store(acc + d, V::mul(V::load(acc + d), valpha));
+      for (int d = 0; d < Dv; d += W) V::store(acc + d, V::mul(V::load(acc + d), valpha));
       m = m_new;
     }
     l += tile_sum;
@@ -305,6 +312,7 @@ struct AttentionKernel {
   static void run(const AttentionWork& w, const AttentionTask& task) {
     count_kernel_family_run(V::kFamily);
     const int D = w.layout.head_dim;
+    const int Dv = kLatent ? w.value_dim : D;  // values per output row
     const int G = w.group_size;
     const int bs = w.layout.block_size;
     const int H = w.num_heads;
@@ -313,7 +321,7 @@ struct AttentionKernel {
     const int first_query_pos = w.num_context_tokens - w.num_queries;
 
     float* qs = task.scratch;                                          // [num_rows, D], pre-scaled
-    float* acc = qs + static_cast<size_t>(num_rows) * D;               // [num_rows, D]
+    float* acc = qs + static_cast<size_t>(num_rows) * D;               // [num_rows, Dv]
     float* m = acc + static_cast<size_t>(num_rows) * D;                // [num_rows]
     float* l = m + num_rows;                                           // [num_rows]
     // A tile's key and value metadata as f32 (convert_meta), 2 × D floats per token: the
@@ -325,9 +333,11 @@ struct AttentionKernel {
       const int head = task.kv_head * G + r % G;
       const float* src = w.q + (static_cast<size_t>(qi) * H + head) * D;
       if constexpr (!kIntKeys) {
-        for (int d = 0; d < D; ++d) qs[static_cast<size_t>(r) * D + d] = src[d] * w.scale;
+        if (!task.query_prepared) {
+          for (int d = 0; d < D; ++d) qs[static_cast<size_t>(r) * D + d] = src[d] * w.scale;
+        }
       }
-      for (int d = 0; d < D; ++d) acc[static_cast<size_t>(r) * D + d] = 0.0f;
+      for (int d = 0; d < Dv; ++d) acc[static_cast<size_t>(r) * Dv + d] = 0.0f;
       m[r] = kNegInf;
       l[r] = 0.0f;
     }
@@ -349,7 +359,11 @@ struct AttentionKernel {
 
     alignas(64) float s[kMaxRowBlock * kTileTokens] = {};  // scores, then weights
     KRow krows[kTileTokens];
-    VRow vrows[kTileTokens];
+    VRow vrows_own[kLatent ? 1 : kTileTokens];  // a latent layout's V rows are krows
+    VRow* const vrows = [&]() -> VRow* {
+      if constexpr (kLatent) return krows;
+      else return vrows_own;
+    }();
     // Calls visit(i, k_block, v_block, slot_begin, slot_end) for each run of
     // tokens [t0, t1) that share a block; i is the run's first token minus t0.
     auto visit_runs = [&](int t0, int t1, auto&& visit) {
@@ -358,8 +372,12 @@ struct AttentionKernel {
         const int slot = t % bs;
         const int run = min_int(bs - slot, t1 - t);
         const BlockRef kb{w.k_arena + block * w.k_block_bytes, w.k_staged ? w.k_staged[block] : nullptr};
-        const BlockRef vb{w.v_arena + block * w.v_block_bytes, w.v_staged ? w.v_staged[block] : nullptr};
-        visit(t - t0, kb, vb, slot, slot + run);
+        if constexpr (kLatent) {
+          visit(t - t0, kb, kb, slot, slot + run);
+        } else {
+          const BlockRef vb{w.v_arena + block * w.v_block_bytes, w.v_staged ? w.v_staged[block] : nullptr};
+          visit(t - t0, kb, vb, slot, slot + run);
+        }
         t += run;
       }
     };
@@ -368,7 +386,7 @@ struct AttentionKernel {
     auto prefetch_tokens = [&](int t0, int t1) {
       visit_runs(t0, min_int(t1, end), [&](int, const BlockRef& kb, const BlockRef& vb, int s0, int s1) {
         KL::prefetch_slots(kb, w.layout, task.kv_head, s0, s1);
-        VL::prefetch_slots(vb, w.layout, task.kv_head, s0, s1);
+        if constexpr (!kLatent) VL::prefetch_slots(vb, w.layout, task.kv_head, s0, s1);
       });
     };
     prefetch_tokens(begin, begin + kPrefetchTiles * kTileTokens);
@@ -378,7 +396,7 @@ struct AttentionKernel {
       visit_runs(t0, t1, [&](int i, const BlockRef& kb, const BlockRef& vb, int s0, int s1) {
         const int first = i;
         KL::rows(kb, w.layout, task.kv_head, s0, s1, krows + first);
-        VL::rows(vb, w.layout, task.kv_head, s0, s1, vrows + first);
+        if constexpr (!kLatent) VL::rows(vb, w.layout, task.kv_head, s0, s1, vrows + first);
         // Integer keys read their f16 metadata themselves (int_qk): nothing to convert for them.
         if constexpr (!kIntKeys && requires { KL::convert_meta(kb, w.layout, 0, 0, 0, k_meta, krows); }) {
           KL::convert_meta(kb, w.layout, task.kv_head, s0, s1, k_meta + static_cast<size_t>(first) * 2 * D,
@@ -394,7 +412,7 @@ struct AttentionKernel {
         const int n = min_int(t1, row_end(r0 + nr - 1)) - t0;  // tokens the block's last row sees
         if (n <= 0 || row_begin(r0) >= t1) continue;  // no row of the block sees this tile
         const float* q_block = qs + static_cast<size_t>(r0) * D;
-        float* acc_block = acc + static_cast<size_t>(r0) * D;
+        float* acc_block = acc + static_cast<size_t>(r0) * Dv;
         if constexpr (kIntKeys) {
           with_rows(nr, [&](auto rows) { int_qk<rows()>(iq, r0, krows, n, D, s); });
         } else {
@@ -411,26 +429,27 @@ struct AttentionKernel {
             float* dst = w.scores + row * static_cast<size_t>(w.num_context_tokens) + t0;
             for (int t = lo; t < hi; ++t) dst[t] = s[i * kTileTokens + t];
           }
-          softmax_update(s + i * kTileTokens, lo, hi, m[r0 + i], l[r0 + i], acc_block + static_cast<size_t>(i) * D, D);
+          softmax_update(s + i * kTileTokens, lo, hi, m[r0 + i], l[r0 + i], acc_block + static_cast<size_t>(i) * Dv,
+                         Dv);
         }
-        with_rows(nr, [&](auto rows) { pv<rows()>(s, vrows, n, D, acc_block); });
+        with_rows(nr, [&](auto rows) { pv<rows()>(s, vrows, n, Dv, acc_block); });
       }
     }
 
     for (int r = 0; r < num_rows; ++r) {
       const int qi = task.query_begin + r / G;
       const size_t row = static_cast<size_t>(qi) * H + static_cast<size_t>(task.kv_head * G + r % G);
-      const float* a = acc + static_cast<size_t>(r) * D;
+      const float* a = acc + static_cast<size_t>(r) * Dv;
       if (task.out != nullptr) {
         // Every query sees at least cache token 0, so l > 0 when the task covers the whole context.
         const float inv = 1.0f / l[r];
-        float* o = task.out + row * D;
-        for (int d = 0; d < D; ++d) o[d] = a[d] * inv;
+        float* o = task.out + row * Dv;
+        for (int d = 0; d < Dv; ++d) o[d] = a[d] * inv;
       } else {
         task.partial_max[row] = m[r];
         task.partial_sum[row] = l[r];
-        float* o = task.partial_acc + row * D;
-        for (int d = 0; d < D; ++d) o[d] = a[d];
+        float* o = task.partial_acc + row * Dv;
+        for (int d = 0; d < Dv; ++d) o[d] = a[d];
       }
     }
   }
@@ -477,6 +496,30 @@ AttentionKernelFn select_kernel(KvType k_type, KvType v_type) {
       return with_v.template operator()<ChannelLoader<V, KvType::kKivi4>>();
     case KvType::kKivi2:
       return with_v.template operator()<ChannelLoader<V, KvType::kKivi2>>();
+  }
+  return nullptr;
+}
+
+// The kernel for a latent layout whose rows are `row_type` (no KIVI: nullptr) on ISA ops V.
+template <class V>
+AttentionKernelFn select_latent_kernel(KvType row_type) {
+  auto of = [&]<class L>() -> AttentionKernelFn { return &AttentionKernel<V, L, L, true>::run; };
+  switch (row_type) {
+    case KvType::kF32:
+      return of.template operator()<PlainLoader<V, KvType::kF32>>();
+    case KvType::kF16:
+      return of.template operator()<PlainLoader<V, KvType::kF16>>();
+    case KvType::kBf16:
+      return of.template operator()<PlainLoader<V, KvType::kBf16>>();
+    case KvType::kFp8:
+      return of.template operator()<ScaledLoader<V, KvType::kFp8>>();
+    case KvType::kInt8:
+      return of.template operator()<ScaledLoader<V, KvType::kInt8>>();
+    case KvType::kInt4:
+      return of.template operator()<GroupLoader<V, KvType::kInt4, false>>();
+    case KvType::kKivi4:
+    case KvType::kKivi2:
+      break;  // KvStorage refuses KIVI for latent layouts
   }
   return nullptr;
 }

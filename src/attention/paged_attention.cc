@@ -10,6 +10,7 @@
 #include "attention/rotated_queries.h"
 #include "core/check.h"
 #include "core/cpu_features.h"
+#include "kv/hadamard.h"
 
 namespace kvlm {
 namespace {
@@ -84,7 +85,21 @@ void check_args(const PagedAttentionArgs& a) {
   }
 }
 
-AttentionKernelFn select_kernel(AttentionIsa isa, KvType k_type, KvType v_type) {
+AttentionKernelFn select_kernel(AttentionIsa isa, const KvStorage& storage) {
+  const KvType k_type = storage.k_type();
+  const KvType v_type = storage.v_type();
+  if (storage.layout().is_latent()) {  // one row type (KvStorage makes v_type equal it)
+    switch (isa) {
+      case AttentionIsa::kAvx512:
+        return attention_internal::latent_attention_kernel_avx512(k_type);
+      case AttentionIsa::kAvx2:
+        return attention_internal::latent_attention_kernel_avx2(k_type);
+      case AttentionIsa::kPortable:
+      case AttentionIsa::kAuto:
+        break;
+    }
+    return attention_internal::latent_attention_kernel_portable(k_type);
+  }
   switch (isa) {
     case AttentionIsa::kAvx512:
       return attention_internal::attention_kernel_avx512(k_type, v_type);
@@ -99,9 +114,9 @@ AttentionKernelFn select_kernel(AttentionIsa isa, KvType k_type, KvType v_type) 
 
 // Combines the chunks' partial states of rows [begin, end) into normalized outputs:
 // out = sum_c exp(m_c - M) acc_c / sum_c exp(m_c - M) l_c, with M the largest m_c.
-void merge_chunks(int num_chunks, size_t num_rows, int head_dim, const float* partial_max, const float* partial_sum,
+void merge_chunks(int num_chunks, size_t num_rows, int value_dim, const float* partial_max, const float* partial_sum,
                   const float* partial_acc, size_t begin, size_t end, float* out) {
-  const size_t D = static_cast<size_t>(head_dim);
+  const size_t D = static_cast<size_t>(value_dim);
   for (size_t row = begin; row < end; ++row) {
     float max_all = -std::numeric_limits<float>::infinity();
     for (int c = 0; c < num_chunks; ++c) {
@@ -185,12 +200,12 @@ const char* attention_isa_name(AttentionIsa isa) {
   return "?";
 }
 
-AttentionIsa resolve_attention_isa(AttentionIsa isa, int head_dim) {
+AttentionIsa resolve_attention_isa(AttentionIsa isa, int head_dim, int value_dim) {
   const CpuFeatures& cpu = cpu_features();
-  const bool avx2 = cpu.avx2 && cpu.fma && cpu.f16c && head_dim % 8 == 0;
+  const bool avx2 = cpu.avx2 && cpu.fma && cpu.f16c && head_dim % 8 == 0 && value_dim % 8 == 0;
   // The avx512 file is compiled with f, bw, vl, dq and vnni (integer q·k), so all must be present.
   const bool avx512 = avx2 && cpu.avx512f && cpu.avx512bw && cpu.avx512vl && cpu.avx512dq && cpu.avx512vnni &&
-                      head_dim % 16 == 0;
+                      head_dim % 16 == 0 && value_dim % 16 == 0;
   switch (isa) {
     case AttentionIsa::kAuto:
       return avx512 ? AttentionIsa::kAvx512 : avx2 ? AttentionIsa::kAvx2 : AttentionIsa::kPortable;
@@ -209,12 +224,14 @@ namespace {
 // Queries [begin, end) of `a` as a call of their own: they are the last tokens of a context
 // that ends at the last of them (causal), so nothing else changes.
 PagedAttentionArgs query_slice(const PagedAttentionArgs& a, int begin, int end) {
-  const size_t row = static_cast<size_t>(a.num_heads) * static_cast<size_t>(a.storage->layout().head_dim);
+  const KvLayout& layout = a.storage->layout();
+  const size_t row = static_cast<size_t>(a.num_heads) * static_cast<size_t>(layout.head_dim);
+  const size_t out_row = static_cast<size_t>(a.num_heads) * static_cast<size_t>(layout.value_dim());
   PagedAttentionArgs s = a;
   s.num_context_tokens = a.num_context_tokens - (a.num_queries - end);
   s.num_queries = end - begin;
   s.q = a.q + static_cast<size_t>(begin) * row;
-  s.out = a.out + static_cast<size_t>(begin) * row;
+  s.out = a.out + static_cast<size_t>(begin) * out_row;
   s.q_sink = a.q_sink != nullptr ? a.q_sink + static_cast<size_t>(begin) * row : nullptr;
   s.query_first_token = a.query_first_token != nullptr ? a.query_first_token + begin : nullptr;
   s.first_weight_query = std::max(0, a.first_weight_query - begin);
@@ -222,6 +239,16 @@ PagedAttentionArgs query_slice(const PagedAttentionArgs& a, int begin, int end) 
 }
 
 void run_attention(const PagedAttentionArgs& args, ThreadPool& pool, AttentionIsa isa);
+
+// A latent storage that keeps its rows rotated leaves the outputs (weighted sums of rotated
+// value prefixes) rotated by the same blocks, which tile value_dim (KvStorage checks it).
+void rotate_latent_outputs_back(const PagedAttentionArgs& args) {
+  const KvLayout& layout = args.storage->layout();
+  if (!layout.is_latent() || !args.storage->keys_rotated()) return;
+  const int block = hadamard_block(layout.head_dim);
+  const int blocks_per_row = args.num_heads * (layout.value_dim() / block);
+  hadamard_rotate_heads(args.out, args.num_queries * blocks_per_row, block);  // H is its own inverse
+}
 
 }  // namespace
 
@@ -255,25 +282,42 @@ void paged_attention_with_score_limit(const PagedAttentionArgs& given, ThreadPoo
     for (int begin = args.first_weight_query; begin < args.num_queries; begin += per_slice) {
       run_attention(query_slice(args, begin, std::min(args.num_queries, begin + per_slice)), pool, isa);
     }
-    return;
+  } else {
+    run_attention(args, pool, isa);
   }
-  run_attention(args, pool, isa);
+  rotate_latent_outputs_back(args);
 }
 
 }  // namespace attention_internal
 
 namespace {
 
+// Numbers the calls of run_attention: a task's prepared queries are only reused within one.
+std::atomic<uint64_t> g_calls{0};
+
+// The rows a task prepared its queries for, in which call, from which queries, in which scratch.
+struct PreparedRows {
+  uint64_t call_id = 0;  // 0: none yet
+  const float* q = nullptr;
+  const float* scratch = nullptr;
+  int kv_head = 0;
+  int query_begin = 0;
+  int query_end = 0;
+  bool operator==(const PreparedRows&) const = default;
+};
+
 void run_attention(const PagedAttentionArgs& args, ThreadPool& pool, AttentionIsa isa) {
   const KvStorage& storage = *args.storage;
   const KvLayout& layout = storage.layout();
+  const int value_dim = layout.value_dim();
 
   AttentionWork work;
   work.layout = layout;
+  work.value_dim = value_dim;
   work.k_arena = storage.k_arena(args.layer);
-  work.v_arena = storage.v_arena(args.layer);
+  work.v_arena = storage.v_arena(args.layer);  // a latent layout's: its K arena (its kernels do not read it)
   work.k_block_bytes = storage.k_block_bytes();
-  work.v_block_bytes = storage.v_block_bytes();
+  work.v_block_bytes = layout.is_latent() ? storage.k_block_bytes() : storage.v_block_bytes();
   work.k_staged = storage.k_staged_table(args.layer);
   work.v_staged = storage.v_staged_table(args.layer);
   work.block_table = args.block_table;
@@ -295,8 +339,7 @@ void run_attention(const PagedAttentionArgs& args, ThreadPool& pool, AttentionIs
     work.query_first_token = args.query_first_token;
   }
   const int32_t* firsts = work.query_first_token;
-  const AttentionKernelFn kernel =
-      select_kernel(resolve_attention_isa(isa, layout.head_dim), storage.k_type(), storage.v_type());
+  const AttentionKernelFn kernel = select_kernel(resolve_attention_isa(isa, layout), storage);
   KVLM_CHECK(kernel != nullptr, "no attention kernel for K {} / V {}", kv_type_name(storage.k_type()),
              kv_type_name(storage.v_type()));
 
@@ -332,7 +375,7 @@ void run_attention(const PagedAttentionArgs& args, ThreadPool& pool, AttentionIs
   const int rows_per_task = query_tile * G;
   const size_t scratch_floats = attention_internal::task_scratch_floats(rows_per_task, layout.head_dim);
 
-  // Partial states of all chunks: [num_chunks, num_queries, num_heads] (+ head_dim for acc).
+  // Partial states of all chunks: [num_chunks, num_queries, num_heads] (+ value_dim for acc).
   const size_t num_rows = static_cast<size_t>(args.num_queries) * static_cast<size_t>(args.num_heads);
   thread_local std::vector<float> partials;
   float* partial_max = nullptr;
@@ -340,7 +383,7 @@ void run_attention(const PagedAttentionArgs& args, ThreadPool& pool, AttentionIs
   float* partial_acc = nullptr;
   if (partial) {
     const size_t chunk_rows = static_cast<size_t>(num_chunks) * num_rows;
-    partials.resize(chunk_rows * (2 + static_cast<size_t>(layout.head_dim)));
+    partials.resize(chunk_rows * (2 + static_cast<size_t>(value_dim)));
     partial_max = partials.data();
     partial_sum = partial_max + chunk_rows;
     partial_acc = partial_sum + chunk_rows;
@@ -361,6 +404,7 @@ void run_attention(const PagedAttentionArgs& args, ThreadPool& pool, AttentionIs
   }
 
   // Task order: kv head, query tile, chunk.
+  const uint64_t call_id = g_calls.fetch_add(1, std::memory_order_relaxed) + 1;
   const int64_t num_tasks = static_cast<int64_t>(base_tasks) * num_chunks;
   pool.run(num_tasks, [&](int64_t task_idx) {
     const int chunk = static_cast<int>(task_idx % num_chunks);
@@ -390,17 +434,23 @@ void run_attention(const PagedAttentionArgs& args, ThreadPool& pool, AttentionIs
       const size_t offset = static_cast<size_t>(chunk) * num_rows;
       task.partial_max = partial_max + offset;
       task.partial_sum = partial_sum + offset;
-      task.partial_acc = partial_acc + offset * static_cast<size_t>(layout.head_dim);
+      task.partial_acc = partial_acc + offset * static_cast<size_t>(value_dim);
     }
     thread_local std::vector<float> scratch;
     if (scratch.size() < scratch_floats) scratch.resize(scratch_floats);
     task.scratch = scratch.data();
-    kernel(is_sink_chunk ? sink_work : work, task);
+    // Chunks of the same rows that follow each other on a thread share their prepared queries.
+    const AttentionWork& task_work = is_sink_chunk ? sink_work : work;
+    thread_local PreparedRows last;
+    const PreparedRows now{call_id, task_work.q, task.scratch, kv_head, task.query_begin, task.query_end};
+    task.query_prepared = last == now;
+    last = now;
+    kernel(task_work, task);
   });
 
   if (partial) {
     pool.parallel_for(static_cast<int64_t>(num_rows), 8, [&](int64_t begin, int64_t end) {
-      merge_chunks(num_chunks, num_rows, layout.head_dim, partial_max, partial_sum, partial_acc,
+      merge_chunks(num_chunks, num_rows, value_dim, partial_max, partial_sum, partial_acc,
                    static_cast<size_t>(begin), static_cast<size_t>(end), args.out);
     });
   }

@@ -21,7 +21,8 @@ struct PagedAttentionArgs {
   int num_queries = 0;
   int num_heads = 0;          // query heads; a multiple of num_kv_heads (MHA, GQA, MQA)
   const float* q = nullptr;   // [num_queries, num_heads, head_dim]
-  float* out = nullptr;       // [num_queries, num_heads, head_dim]; must not alias q
+  // value_dim = the layout's value_dim(): head_dim, or a latent layout's value prefix (MLA).
+  float* out = nullptr;       // [num_queries, num_heads, value_dim]; must not alias q
   float scale = 0.0f;         // usually 1/sqrt(head_dim)
 
   // Attention sinks and a sliding window (token eviction, StreamingLLM). Every query sees
@@ -55,13 +56,13 @@ struct PagedAttentionArgs {
 };
 
 // Which kernel family runs. kAuto takes the best the CPU supports (cpu_features())
-// for this head_dim; the others force one family, for tests and benchmarks, and
-// fall back to kPortable when the CPU or head_dim does not allow it.
+// for this head_dim and value_dim; the others force one family, for tests and benchmarks,
+// and fall back to kPortable when the CPU or the sizes do not allow it.
 enum class AttentionIsa {
   kAuto,
   kPortable,  // any head_dim
-  kAvx2,      // head_dim % 8 == 0
-  kAvx512,    // head_dim % 16 == 0
+  kAvx2,      // head_dim % 8 == 0 and value_dim % 8 == 0
+  kAvx512,    // head_dim % 16 == 0 and value_dim % 16 == 0
 };
 
 // Query head h reads kv head h / (num_heads / num_kv_heads). K and V are read
@@ -69,6 +70,11 @@ enum class AttentionIsa {
 // each row once per group of query heads (once per 8 heads of larger groups)
 // and query: up to 8 (query, head) rows share every decoded K/V vector.
 // Softmax is online, in f32.
+// A latent layout (MLA, KvLayout::is_latent) is MQA over its rows: every query head scores the
+// row as its key and accumulates the row's first value_dim values as its value, read from the
+// same bytes (the storage has no V). When the storage keeps the rows rotated, the output comes
+// back rotated (H is block diagonal and its blocks tile value_dim, see KvStorage) and is
+// rotated back here, so out is always in the model's space.
 // Work is split across (kv head, query tile) and, when that gives too few
 // tasks, across chunks of the context (flash-decoding), merged at the end. The
 // split depends on the shapes only, never on the thread count, so results are
@@ -78,8 +84,16 @@ enum class AttentionIsa {
 // the same pool (ThreadPool::run is not reentrant).
 void paged_attention(const PagedAttentionArgs& args, ThreadPool& pool, AttentionIsa isa = AttentionIsa::kAuto);
 
-// The kernel family kAuto or `isa` resolves to for this head_dim on this CPU.
-AttentionIsa resolve_attention_isa(AttentionIsa isa, int head_dim);
+// The kernel family kAuto or `isa` resolves to for these sizes on this CPU.
+AttentionIsa resolve_attention_isa(AttentionIsa isa, int head_dim, int value_dim);
+// The same with value_dim = head_dim (separate K and V rows).
+inline AttentionIsa resolve_attention_isa(AttentionIsa isa, int head_dim) {
+  return resolve_attention_isa(isa, head_dim, head_dim);
+}
+// For a storage's layout (its head_dim and value_dim).
+inline AttentionIsa resolve_attention_isa(AttentionIsa isa, const KvLayout& layout) {
+  return resolve_attention_isa(isa, layout.head_dim, layout.value_dim());
+}
 const char* attention_isa_name(AttentionIsa isa);
 
 namespace attention_internal {

@@ -21,6 +21,13 @@ struct Avx512Ops {
   static constexpr int kWidth = 16;
   static Reg zero() { return _mm512_setzero_ps(); }
   static Reg load(const float* p) { return _mm512_loadu_ps(p); }
+  // A load that stays one register: without the empty asm the compiler folds a value used by
+  // several FMAs into each of them as a memory operand, and the loads, not the FMAs, bound q·k.
+  static Reg load_reg(const float* p) {
+    Reg r = _mm512_loadu_ps(p);
+    asm("" : "+v"(r));
+    return r;
+  }
   static void store(float* p, Reg v) { _mm512_storeu_ps(p, v); }
   static Reg set1(float x) { return _mm512_set1_ps(x); }
   static Reg fma(Reg a, Reg b, Reg c) { return _mm512_fmadd_ps(a, b, c); }
@@ -152,6 +159,11 @@ struct Avx512Ops {
   // into 16 int32 lanes, accumulating in one instruction.
   static __mmask32 byte_mask(int n) { return n >= 32 ? ~__mmask32{0} : (__mmask32{1} << n) - 1; }
 
+  // acc += the pairwise products of a and b (vpdpwssd). In asm because GCC 12, given the
+  // intrinsic over an unrolled array of accumulators, copies every accumulator each iteration
+  // (and spills some) instead of updating it in place.
+  static void dpwssd(__m512i& acc, __m512i a, __m512i b) { asm("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b)); }
+
   // int8 keys: chunks of 32 values (16 at the end when head_dim % 32 == 16).
   template <int NR, int TB, class Row>
   static void qk_int8_step(const int16_t* q, size_t qp, const Row* rows, int t, int D, float* s) {
@@ -170,7 +182,7 @@ struct Avx512Ops {
       for (int r = 0; r < NR; ++r) {
         const __m512i qr = _mm512_loadu_si512(q + r * qp + d);
         _Pragma("GCC unroll 8")
-        for (int j = 0; j < TB; ++j) acc[r][j] = _mm512_dpwssd_epi32(acc[r][j], k[j], qr);
+        for (int j = 0; j < TB; ++j) dpwssd(acc[r][j], k[j], qr);
       }
     }
     _Pragma("GCC unroll 8")
@@ -190,27 +202,37 @@ struct Avx512Ops {
   }
 
   // int4 keys: chunks of 64 values (32 code bytes). Lane i of a chunk's sum holds values
-  // [4i, 4i + 4), inside one group (g >= 16), so it is scaled by that group's scale.
+  // [4i, 4i + 4), inside one group (g >= 16), so it is scaled by that group's scale. A row is
+  // scored in segments of kInt4SegmentGroups groups, whose (scale, min) pairs fill one register;
+  // lane_pair indexes a segment's pairs, the same pattern in every segment.
   static constexpr int kInt4Chunk = 64;
-  static bool int4_fits(int D, int g) { return D / g <= 8; }  // the (scale, min) pairs fit one register
-  template <int NR, int TB, class Row>
-  static void qk_int4_step(const int16_t* q, size_t qp, const float* qsum_pairs, size_t pp, const Row* rows, int t,
-                           int D, int num_groups,
-                           const __m512i* lane_scales, float* s) {
-    Reg acc[NR][TB];
-    Reg pairs[TB];  // [scale, min] per group, as f32
+  static constexpr int kInt4SegmentGroups = 8;
+  static bool int4_fits(int, int) { return true; }  // head_dim % 16 == 0: groups of 16 or 32
+  // One segment of a row, values [s0, min(D, s0 + segment)): adds its terms to acc (the first
+  // segment sets acc).
+  template <int NR, int TB, bool kFirst, class Row>
+  [[gnu::always_inline]] static void qk_int4_segment(const int16_t* q, size_t qp, const float* qsum_pairs, size_t pp, const Row* rows, int t,
+                              int D, int g, int s0, const __m512i* lane_scales, Reg (&acc)[NR][TB]) {
+    const __m256i nibble = _mm256_set1_epi8(0x0f);
+    const int segment = kInt4SegmentGroups * g;  // values, a multiple of the chunk
+    const int num_groups = (D - s0) / g < kInt4SegmentGroups ? (D - s0) / g : kInt4SegmentGroups;
+    const int pair0 = 2 * (s0 / g);  // the segment's first (scale, min) float among the row's
     const __mmask16 meta_mask = static_cast<__mmask16>((1u << (2 * num_groups)) - 1);
+    Reg pairs[TB];  // [scale, min] per group of the segment, as f32
     _Pragma("GCC unroll 8")
     for (int j = 0; j < TB; ++j) {
-      pairs[j] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(meta_mask, rows[t + j].meta));
+      pairs[j] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(meta_mask, rows[t + j].meta + 2 * pair0));
       // The min term sum_g min_g qsum_g, summed with the lanes at the end.
       _Pragma("GCC unroll 8")
-      for (int r = 0; r < NR; ++r) acc[r][j] = _mm512_mul_ps(pairs[j], _mm512_loadu_ps(qsum_pairs + r * pp));
+      for (int r = 0; r < NR; ++r) {
+        const Reg qsum = _mm512_loadu_ps(qsum_pairs + r * pp + pair0);
+        acc[r][j] = kFirst ? _mm512_mul_ps(pairs[j], qsum) : _mm512_fmadd_ps(pairs[j], qsum, acc[r][j]);
+      }
     }
-    const __m256i nibble = _mm256_set1_epi8(0x0f);
-    for (int d = 0; d < D; d += 64) {
+    const int s1 = s0 + segment < D ? s0 + segment : D;
+    for (int d = s0; d < s1; d += 64) {
       const __mmask32 mask = byte_mask((D - d) / 2);
-      const __m512i idx = lane_scales[d / 64];
+      const __m512i idx = lane_scales[(d - s0) / 64];
       // Token by token, so that only the accumulators stay live across tokens.
       _Pragma("GCC unroll 8")
       for (int j = 0; j < TB; ++j) {
@@ -227,19 +249,29 @@ struct Avx512Ops {
         }
       }
     }
+  }
+  template <int NR, int TB, class Row>
+  static void qk_int4_step(const int16_t* q, size_t qp, const float* qsum_pairs, size_t pp, const Row* rows, int t,
+                           int D, int g, const __m512i* lane_scales, float* s) {
+    Reg acc[NR][TB];
+    qk_int4_segment<NR, TB, true>(q, qp, qsum_pairs, pp, rows, t, D, g, 0, lane_scales, acc);
+    for (int s0 = kInt4SegmentGroups * g; s0 < D; s0 += kInt4SegmentGroups * g) {
+      qk_int4_segment<NR, TB, false>(q, qp, qsum_pairs, pp, rows, t, D, g, s0, lane_scales, acc);
+    }
     _Pragma("GCC unroll 8")
     for (int r = 0; r < NR; ++r) reduce_add_n<TB>(acc[r], s + r * kTileTokens + t);
   }
   template <int NR, class Row>
   static void qk_int4(const int16_t* q, size_t qp, const float* qsum_pairs, size_t pp, const int32_t* lane_pair,
                       const Row* rows, int n, int D, int g, float* s) {
-    const int num_groups = D / g;
-    __m512i lane_scales[4];  // int4_fits: head_dim <= 8 groups of at most 32
-    for (int d = 0; d < D; d += 64) lane_scales[d / 64] = _mm512_loadu_si512(lane_pair + d / 4);
+    __m512i lane_scales[4];  // one segment's chunks: at most 8 groups of at most 32 values
+    for (int d = 0; d < D && d < kInt4SegmentGroups * g; d += 64) {
+      lane_scales[d / 64] = _mm512_loadu_si512(lane_pair + d / 4);
+    }
     constexpr int TB = NR <= 4 ? 4 : 2;
     int t = 0;
-    for (; t + TB <= n; t += TB) qk_int4_step<NR, TB>(q, qp, qsum_pairs, pp, rows, t, D, num_groups, lane_scales, s);
-    for (; t < n; ++t) qk_int4_step<NR, 1>(q, qp, qsum_pairs, pp, rows, t, D, num_groups, lane_scales, s);
+    for (; t + TB <= n; t += TB) qk_int4_step<NR, TB>(q, qp, qsum_pairs, pp, rows, t, D, g, lane_scales, s);
+    for (; t < n; ++t) qk_int4_step<NR, 1>(q, qp, qsum_pairs, pp, rows, t, D, g, lane_scales, s);
   }
 };
 
@@ -247,6 +279,10 @@ struct Avx512Ops {
 
 AttentionKernelFn attention_kernel_avx512(KvType k_type, KvType v_type) {
   return select_kernel<Avx512Ops>(k_type, v_type);
+}
+
+AttentionKernelFn latent_attention_kernel_avx512(KvType row_type) {
+  return select_latent_kernel<Avx512Ops>(row_type);
 }
 
 }  // namespace kvlm::attention_internal

@@ -14,6 +14,7 @@ struct ScalarOps {
   static constexpr int kWidth = 1;
   static Reg zero() { return 0.0f; }
   static Reg load(const float* p) { return *p; }
+  static Reg load_reg(const float* p) { return *p; }
   static void store(float* p, Reg v) { *p = v; }
   static Reg set1(float x) { return x; }
   static Reg fma(Reg a, Reg b, Reg c) { return a * b + c; }
@@ -50,6 +51,7 @@ struct ScalarOps {
   }
   // Integer q·k: the scalar forms, with the queries in natural order.
   static constexpr int kInt4Chunk = 0;
+  static constexpr int kInt4SegmentGroups = 1;  // unused: no SIMD int4 form
   static bool int4_fits(int, int) { return false; }
   template <int NR, class Row>
   static void qk_int8(const int16_t* q, size_t qp, const Row* rows, int n, int D, float* s) {
@@ -66,6 +68,10 @@ struct ScalarOps {
 
 AttentionKernelFn attention_kernel_portable(KvType k_type, KvType v_type) {
   return select_kernel<ScalarOps>(k_type, v_type);
+}
+
+AttentionKernelFn latent_attention_kernel_portable(KvType row_type) {
+  return select_latent_kernel<ScalarOps>(row_type);
 }
 
 }  // namespace kvlm::attention_internal

@@ -19,12 +19,19 @@ std::vector<float> reference_attention(const ReferenceAttentionArgs& a) {
              "reference_attention: {} sink tokens, window_begin {}, first query at {}", a.num_sink_tokens,
              a.window_begin, first_query_pos);
   const size_t D = static_cast<size_t>(a.head_dim);
+  const size_t Dv = static_cast<size_t>(a.value_dim > 0 ? a.value_dim : a.head_dim);
+  KVLM_CHECK(a.value_dim >= 0 && (a.v != nullptr || Dv <= D),
+             "reference_attention: value_dim {} with head_dim {} (values from the key rows need value_dim <= head_dim)",
+             a.value_dim, a.head_dim);
+  // A token's value row and the distance between tokens' rows: v's, or the key row's prefix.
+  const float* const values = a.v != nullptr ? a.v : a.k;
+  const size_t value_stride = a.v != nullptr ? Dv : D;
   const size_t T = static_cast<size_t>(a.num_context_tokens);
   const int group = a.num_heads / a.num_kv_heads;
-  std::vector<float> out(static_cast<size_t>(a.num_queries) * a.num_heads * D);
+  std::vector<float> out(static_cast<size_t>(a.num_queries) * a.num_heads * Dv);
   if (a.weights != nullptr) a.weights->assign(static_cast<size_t>(a.num_queries) * a.num_heads * T, 0.0);
   std::vector<double> scores(T);
-  std::vector<double> acc(D);
+  std::vector<double> acc(Dv);
   // The query row a score uses, scale applied: exact, or rounded as the kernels round it.
   std::vector<int16_t> rounded(D);
   std::vector<double> q_row(D), q_sink_row(D);
@@ -66,11 +73,11 @@ std::vector<float> reference_attention(const ReferenceAttentionArgs& a) {
         const double w = std::exp(scores[static_cast<size_t>(t)] - max_score);
         scores[static_cast<size_t>(t)] = w;
         sum += w;
-        const float* v = a.v + (static_cast<size_t>(t) * a.num_kv_heads + kvh) * D;
-        for (size_t d = 0; d < D; ++d) acc[d] += w * static_cast<double>(v[d]);
+        const float* v = values + (static_cast<size_t>(t) * a.num_kv_heads + kvh) * value_stride;
+        for (size_t d = 0; d < Dv; ++d) acc[d] += w * static_cast<double>(v[d]);
       }
-      float* o = out.data() + row * D;
-      for (size_t d = 0; d < D; ++d) o[d] = static_cast<float>(acc[d] / sum);
+      float* o = out.data() + row * Dv;
+      for (size_t d = 0; d < Dv; ++d) o[d] = static_cast<float>(acc[d] / sum);
       if (a.weights != nullptr) {
         double* w = a.weights->data() + row * T;
         for (int t = 0; t <= pos; ++t) {

@@ -12,15 +12,18 @@ namespace kvlm {
 // head h reads kv head h / (num_heads / num_kv_heads). A sink token (t < num_sink_tokens)
 // is scored with q_sink when given, else with q. The defaults (no sinks, window_begin 0)
 // are plain causal attention.
+// Values of another width than the keys (value_dim), and MLA's latent form: with v == nullptr a
+// token's value is the first value_dim values of its key row (KvLayout::is_latent).
 struct ReferenceAttentionArgs {
   const float* q = nullptr;  // [num_queries, num_heads, head_dim]
   const float* k = nullptr;  // [num_context_tokens, num_kv_heads, head_dim]
-  const float* v = nullptr;  // [num_context_tokens, num_kv_heads, head_dim]
+  const float* v = nullptr;  // [num_context_tokens, num_kv_heads, value_dim], or nullptr: k's prefixes
   int num_context_tokens = 0;
   int num_queries = 0;
   int num_heads = 0;
   int num_kv_heads = 0;
   int head_dim = 0;
+  int value_dim = 0;  // 0: head_dim; at most head_dim when v is nullptr
   float scale = 0.0f;
 
   // Attention sinks and a sliding window (see PagedAttentionArgs). Tokens that no query
@@ -43,7 +46,7 @@ struct ReferenceAttentionArgs {
 };
 
 // Two passes per row (max, then exp-sum and weighted sum), all in double.
-// Returns [num_queries, num_heads, head_dim].
+// Returns [num_queries, num_heads, value_dim].
 std::vector<float> reference_attention(const ReferenceAttentionArgs& args);
 
 }  // namespace kvlm

@@ -272,7 +272,8 @@ const KvCodec& kv_codec(KvType type, KvRole role) {
 }
 
 size_t kv_block_bytes(const KvLayout& layout, KvType k_type, KvType v_type) {
-  return kv_codec(k_type, KvRole::kKey).block_bytes(layout) + kv_codec(v_type, KvRole::kValue).block_bytes(layout);
+  const size_t k = kv_codec(k_type, KvRole::kKey).block_bytes(layout);
+  return layout.is_latent() ? k : k + kv_codec(v_type, KvRole::kValue).block_bytes(layout);
 }
 
 uint8_t fp8_e4m3_from_fp32(float x) {

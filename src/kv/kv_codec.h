@@ -67,7 +67,8 @@ class KvCodec {
 // serves every other type for both.
 const KvCodec& kv_codec(KvType type, KvRole role = KvRole::kKey);
 
-// K + V bytes of one block of one layer: what the planner multiplies by layers.
+// K + V bytes of one block of one layer: what the planner multiplies by layers. A latent layout
+// stores only its rows: the K bytes (v_type is not used).
 size_t kv_block_bytes(const KvLayout& layout, KvType k_type, KvType v_type);
 
 // FP8 E4M3 (1 sign, 4 exponent bits with bias 7, 3 mantissa bits; no infinities):

@@ -70,8 +70,32 @@ Status KvStorage::init(const KvLayout& layout, KvType k_type, KvType v_type, int
   if (options.kivi_residual_tokens < 0) {
     return Status::errorf("KIVI residual window must be >= 0 tokens, got {}", options.kivi_residual_tokens);
   }
+  const bool latent = layout.is_latent();
+  if (latent && v_type != k_type) {
+    return Status::errorf(
+        "a latent KV layout stores one row per token, read as the key and (its first {} values) as the value: "
+        "V type {} must equal K type {}",
+        layout.latent_value_dim, kv_type_name(v_type), kv_type_name(k_type));
+  }
+  if (latent && is_kivi(k_type)) {
+    return Status::errorf(
+        "KV type {} is not supported for a latent KV layout: KIVI quantizes keys per channel and values per token, "
+        "and a latent row is both",
+        kv_type_name(k_type));
+  }
+  // The rotation is block diagonal: the value (a prefix of the row) stays a rotated value only
+  // when whole blocks make it up.
+  const int rotation_block = hadamard_block(layout.head_dim);
+  const bool rotation_fits = !latent || layout.latent_value_dim % rotation_block == 0;
+  if (options.rotate_keys.value_or(false) && !rotation_fits) {
+    return Status::errorf(
+        "key rotation works in blocks of {} values (the largest power of two dividing head_dim {}), which do not "
+        "divide the latent value_dim {}: rotated rows would mix value and key-only channels; turn rotation off",
+        rotation_block, layout.head_dim, layout.latent_value_dim);
+  }
   layout_ = layout;
   options_ = options;
+  keys_rotated_ = rotation_fits && options.rotate_keys.value_or(rotates_keys_by_default(k_type));
   k_codec_ = &kv_codec(k_type, KvRole::kKey);
   v_codec_ = &kv_codec(v_type, KvRole::kValue);
   num_blocks_ = num_blocks;
@@ -101,7 +125,7 @@ Status KvStorage::init(const KvLayout& layout, KvType k_type, KvType v_type, int
                           layout.head_dim, layout.block_size);
   }
   k_block_bytes_ = k_codec_->block_bytes(layout);
-  v_block_bytes_ = v_codec_->block_bytes(layout);
+  v_block_bytes_ = latent ? 0 : v_codec_->block_bytes(layout);  // a latent layout's value is in its rows
   const auto per_layer = checked_mul(k_block_bytes_ + v_block_bytes_, static_cast<size_t>(num_blocks));
   const auto global = per_layer ? checked_mul(*per_layer, static_cast<size_t>(layout.num_layers - num_local_layers_))
                                 : std::nullopt;
@@ -111,9 +135,12 @@ Status KvStorage::init(const KvLayout& layout, KvType k_type, KvType v_type, int
       per_local_layer ? checked_mul(*per_local_layer, static_cast<size_t>(num_local_layers_)) : std::nullopt;
   const std::optional<size_t> total =
       global && local && *global + *local >= *global ? std::optional<size_t>(*global + *local) : std::nullopt;
-  const std::string what = fmt::format(
-      "KV storage for {} layers × {} blocks of {} tokens ({} kv heads × {} head_dim, K {} / V {})", layout.num_layers,
-      num_blocks, layout.block_size, layout.num_kv_heads, layout.head_dim, kv_type_name(k_type), kv_type_name(v_type));
+  const std::string rows =
+      latent ? fmt::format("latent rows of {} values, {}", layout.head_dim, kv_type_name(k_type))
+             : fmt::format("{} kv heads × {} head_dim, K {} / V {}", layout.num_kv_heads, layout.head_dim,
+                           kv_type_name(k_type), kv_type_name(v_type));
+  const std::string what = fmt::format("KV storage for {} layers × {} blocks of {} tokens ({})", layout.num_layers,
+                                       num_blocks, layout.block_size, rows);
   if (!total) return Status::errorf("{}: size overflows size_t", what);
   const size_t physical = physical_memory_bytes();
   const size_t limit = physical > 0 ? std::min(kMaxAllocatedBytes, physical) : kMaxAllocatedBytes;
@@ -130,6 +157,7 @@ Status KvStorage::init(const KvLayout& layout, KvType k_type, KvType v_type, int
     const size_t blocks = static_cast<size_t>(this->num_blocks(l));
     for (auto [arenas, bytes] :
          {std::pair{&k_arenas_, k_block_bytes_ * blocks}, std::pair{&v_arenas_, v_block_bytes_ * blocks}}) {
+      if (arenas == &v_arenas_ && latent) continue;  // no V arena
       const size_t alignment = arena_alignment(bytes);
       auto* p = static_cast<std::byte*>(::operator new[](bytes, std::align_val_t{alignment}, std::nothrow));
       if (p == nullptr) {
@@ -251,6 +279,10 @@ void KvStorage::write_token(int layer, BlockId block, int slot_in_block, const f
   check_address(layer, block);
   KVLM_CHECK(slot_in_block >= 0 && slot_in_block < layout_.block_size, "slot {} out of range [0, {})",
              slot_in_block, layout_.block_size);
+  const bool latent = layout_.is_latent();
+  KVLM_CHECK(latent == (v == nullptr), "write_token: {} (layer {}, block {}, slot {})",
+             latent ? "a latent layout stores no V: v must be nullptr" : "no V given", layer, block.value,
+             slot_in_block);
   const size_t width = layout_.values_per_token();
   const size_t offset = static_cast<size_t>(slot_in_block) * width;
   if (keys_rotated()) {
@@ -264,6 +296,7 @@ void KvStorage::write_token(int layer, BlockId block, int slot_in_block, const f
   } else {
     k_codec_->encode_token(layout_, k, mutable_k_block(layer, block), slot_in_block);
   }
+  if (latent) return;
   if (v_staging_.enabled) {
     float* rows = stage(v_staging_, *v_codec_, layer, block, mutable_v_block(layer, block));
     std::copy(v, v + width, rows + offset);
@@ -303,7 +336,7 @@ void KvStorage::write_tokens(int layer, std::span<const int32_t> block_table, in
     KVLM_CHECK(index < block_table.size(), "position {} is past the block table's {} blocks", position,
                block_table.size());
     write_token(layer, BlockId(block_table[index]), static_cast<int>(position % block_size),
-                k + static_cast<size_t>(i) * width, v + static_cast<size_t>(i) * width);
+                k + static_cast<size_t>(i) * width, v != nullptr ? v + static_cast<size_t>(i) * width : nullptr);
     // A block just filled: the window moved by one block, so the block that left it is encoded.
     if ((position + 1) % block_size == 0) seal_full_blocks(layer, block_table.data(), static_cast<int>(position + 1));
   }
@@ -329,7 +362,7 @@ void KvStorage::seal_block(int layer, BlockId block) {
   check_address(layer, block);
   if (!is_staged(layer, block)) return;
   seal(k_staging_, *k_codec_, layer, block, mutable_k_block(layer, block));
-  seal(v_staging_, *v_codec_, layer, block, mutable_v_block(layer, block));
+  if (!layout_.is_latent()) seal(v_staging_, *v_codec_, layer, block, mutable_v_block(layer, block));
 }
 
 bool KvStorage::is_staged(int layer, BlockId block) const {
@@ -358,6 +391,7 @@ const float* const* KvStorage::k_staged_table(int layer) const {
 }
 
 const float* const* KvStorage::v_staged_table(int layer) const {
+  if (layout_.is_latent()) return k_staged_table(layer);
   check_address(layer, BlockId(0));
   return v_staging_.enabled ? v_staging_.block_rows[static_cast<size_t>(layer)].data() : nullptr;
 }
@@ -389,12 +423,15 @@ void KvStorage::read_token(int layer, BlockId block, int slot_in_block, float* k
   } else {
     k_codec_->decode_token(layout_, k_block(layer, block), slot_in_block, k);
   }
-  if (v_rows != nullptr) {
+  if (keys_rotated()) hadamard_rotate_heads(k, layout_.num_kv_heads, layout_.head_dim);  // H is its own inverse
+  if (v == nullptr) return;
+  if (layout_.is_latent()) {
+    std::copy(k, k + layout_.value_dim(), v);  // the value is the row's prefix, in the model's space
+  } else if (v_rows != nullptr) {
     std::copy(v_rows + offset, v_rows + offset + width, v);
   } else {
     v_codec_->decode_token(layout_, v_block(layer, block), slot_in_block, v);
   }
-  if (keys_rotated()) hadamard_rotate_heads(k, layout_.num_kv_heads, layout_.head_dim);  // H is its own inverse
 }
 
 const std::byte* KvStorage::k_block(int layer, BlockId block) const {
@@ -403,6 +440,7 @@ const std::byte* KvStorage::k_block(int layer, BlockId block) const {
 }
 
 const std::byte* KvStorage::v_block(int layer, BlockId block) const {
+  if (layout_.is_latent()) return k_block(layer, block);
   check_address(layer, block);
   return v_arenas_[static_cast<size_t>(layer)].get() + arena_index(layer, block) * v_block_bytes_;
 }
@@ -414,6 +452,8 @@ std::byte* KvStorage::mutable_k_block(int layer, BlockId block) {
 }
 
 std::byte* KvStorage::mutable_v_block(int layer, BlockId block) {
+  KVLM_CHECK(!layout_.is_latent(), "mutable_v_block: a latent layout has no V arena (layer {}, block {})", layer,
+             block.value);
   check_address(layer, block);
   return v_arenas_[static_cast<size_t>(layer)].get() + writable_arena_index(layer, block) * v_block_bytes_;
 }
@@ -424,6 +464,7 @@ const std::byte* KvStorage::k_arena(int layer) const {
 }
 
 const std::byte* KvStorage::v_arena(int layer) const {
+  if (layout_.is_latent()) return k_arena(layer);
   KVLM_CHECK(layer >= 0 && layer < layout_.num_layers, "layer {} out of range [0, {})", layer, layout_.num_layers);
   return v_arenas_[static_cast<size_t>(layer)].get();
 }
@@ -437,7 +478,13 @@ size_t KvStorage::bytes_per_token() const {
 
 KvStorage::RoleRef KvStorage::role(KvRole which) {
   if (which == KvRole::kKey) return RoleRef{&k_staging_, k_codec_, &k_arenas_, k_block_bytes_};
+  KVLM_CHECK(!layout_.is_latent(), "a latent layout stores no V role");
   return RoleRef{&v_staging_, v_codec_, &v_arenas_, v_block_bytes_};
+}
+
+std::span<const KvRole> KvStorage::stored_roles() const {
+  static constexpr KvRole kRoles[] = {KvRole::kKey, KvRole::kValue};
+  return {kRoles, layout_.is_latent() ? size_t{1} : size_t{2}};
 }
 
 float* KvStorage::staged_rows(const RoleRef& r, int layer, BlockId block) const {
@@ -500,7 +547,7 @@ void KvStorage::copy_block(BlockId src, BlockId dst) {
   check_address(0, src);
   check_address(0, dst);
   if (src == dst) return;
-  for (KvRole which : {KvRole::kKey, KvRole::kValue}) {
+  for (KvRole which : stored_roles()) {
     const RoleRef r = role(which);
     for (int layer = 0; layer < layout_.num_layers; ++layer) {
       // A local layer keeps src only inside some window; dst then needs its pin (the caller's).
@@ -529,7 +576,7 @@ void KvStorage::copy_token(BlockId src_block, int src_slot, BlockId dst_block, i
              "copy_token slots {} -> {} out of range [0, {})", src_slot, dst_slot, bs);
   if (src_block == dst_block && src_slot == dst_slot) return;
   std::vector<float> token;  // [num_kv_heads, head_dim], only for the staged path
-  for (KvRole which : {KvRole::kKey, KvRole::kValue}) {
+  for (KvRole which : stored_roles()) {
     const RoleRef r = role(which);
     for (int layer = 0; layer < layout_.num_layers; ++layer) {
       const bool staged = staged_rows(r, layer, src_block) != nullptr || staged_rows(r, layer, dst_block) != nullptr;
@@ -566,7 +613,7 @@ void KvStorage::compact(std::span<const int32_t> block_table, std::span<const in
   for (int layer = 0; layer < layout_.num_layers; ++layer) {
     if (is_local_layer(layer)) compact_local_layer(layer, block_table, kept_tokens, first_moved, local_first_kept);
   }
-  for (KvRole which : {KvRole::kKey, KvRole::kValue}) {
+  for (KvRole which : stored_roles()) {
     const RoleRef r = role(which);
     for (int layer = 0; layer < layout_.num_layers; ++layer) {
       if (is_local_layer(layer)) continue;
@@ -690,7 +737,7 @@ void KvStorage::compact_local_layer(int layer, std::span<const int32_t> block_ta
   for (int i = from; i < num_kept; ++i) writable_arena_index(layer, block(i));  // the destinations are pinned
   bool any_staged = false;
   std::vector<float> gathered;
-  for (KvRole which : {KvRole::kKey, KvRole::kValue}) {
+  for (KvRole which : stored_roles()) {
     const RoleRef r = role(which);
     if (!r.staging->enabled) {
       // In increasing i, as for a global layer: no source is overwritten before it moves.

@@ -1,4 +1,4 @@
-// KvStorage: the KV bytes of every layer, one arena per layer for K and one for V, addressed by BlockId.
+// KvStorage: the KV bytes of every layer, a K and a V arena each (MLA: its latent rows alone), addressed by BlockId.
 #pragma once
 
 #include <cstddef>
@@ -51,6 +51,22 @@ namespace kvlm {
 // attention (attention/) rotates its queries the same way before scoring: H is orthogonal, so
 // q·k and attention are unchanged while the outliers are spread over the head before
 // quantization. Writers (the model) and readers see keys in the model's own space.
+//
+// Latent rows (MLA, KvLayout::is_latent()). Absorbed multi-head latent attention caches one row
+// per token and layer, [normalized latent; rotated RoPE key] (head_dim values, one kv head),
+// which attention reads as the key and whose first value_dim() values it reads as the value.
+// Only the K arena exists: v_block_bytes() is 0, the byte counts (bytes_per_token,
+// bytes_per_block, allocated_bytes, used_bytes) count the row once, and v_arena(), v_block()
+// and v_staged_table() hand out the K ones, so a reader asking for V reads the row (its stride
+// is k_block_bytes()). The row is encoded by the key codec: v_type must equal k_type, and KIVI
+// is refused (it quantizes keys per channel and values per token; a latent row is both).
+// Writers pass v == nullptr (a CHECK); read_token's v receives the first value_dim() values of
+// the row in the model's space. Copies, compaction and local layers move the row alone.
+// Key rotation stays possible when its block, hadamard_block(head_dim), divides value_dim():
+// H is block diagonal, so the value part of a rotated row is the rotated value, and attention
+// rotates its output back (paged_attention). Otherwise the rotation would mix value and
+// non-value channels: rotate_keys = true is a create() error, and the default
+// (rotates_keys_by_default) resolves to off, which keys_rotated() reports.
 struct KvStorageOptions {
   int kivi_residual_tokens = 0;  // the KIVI residual window, rounded up to whole blocks; ignored for other types
   // Store keys rotated; unset: rotates_keys_by_default(k_type).
@@ -101,15 +117,17 @@ class KvStorage {
   KvStorage& operator=(const KvStorage&) = delete;
 
   // Encodes one token's K and V into (layer, block, slot) (KIVI roles: into the block's staging buffer).
-  //   k, v: [num_kv_heads, head_dim]
+  //   k, v: [num_kv_heads, head_dim]; latent layout: k is the row, v must be nullptr
   void write_token(int layer, BlockId block, int slot_in_block, const float* k, const float* v);
-  // Decodes one token's K and V back to f32 (keys in the model's space: rotated back).
-  //   k, v: [num_kv_heads, head_dim]
+  // Decodes one token's K and V back to f32 (keys in the model's space: rotated back); v may be
+  // nullptr (K only).
+  //   k: [num_kv_heads, head_dim]; v: [num_kv_heads, head_dim], latent layout: [value_dim] (the row's prefix)
   void read_token(int layer, BlockId block, int slot_in_block, float* k, float* v) const;
   // Writes one sequence's tokens at positions [first_position, first_position + num_tokens) of
   // `layer` through its block table, and (KIVI) encodes each block as soon as the residual window
   // moves past it, so staging never holds more than the window and the tail, however long the step.
   //   block_table: the sequence's block ids in token order; k, v: [num_tokens, num_kv_heads, head_dim]
+  //   (latent layout: k the rows, v nullptr)
   void write_tokens(int layer, std::span<const int32_t> block_table, int64_t first_position, int64_t num_tokens,
                     const float* k, const float* v);
 
@@ -126,14 +144,15 @@ class KvStorage {
   // Per arena index (block id; a local layer's slot), the f32 staging rows of a staged block or
   // nullptr when the block is sealed (read it from the arena); the table itself is nullptr when
   // the role is not a KIVI type. Row (slot, kv head) of a staged block starts at
-  // staged + (slot * num_kv_heads + kv_head) * head_dim.
+  // staged + (slot * num_kv_heads + kv_head) * head_dim. Latent layouts: v_ is k_ (never KIVI: nullptr).
   const float* const* k_staged_table(int layer) const;  // [num_blocks(layer)]
   const float* const* v_staged_table(int layer) const;  // [num_blocks(layer)]
 
   int kivi_residual_tokens() const { return options_.kivi_residual_tokens; }
-  // Whether keys are stored rotated (KvStorageOptions::rotate_keys): writers rotate keys and
-  // queries with hadamard_rotate_heads.
-  bool keys_rotated() const { return options_.rotate_keys.value_or(rotates_keys_by_default(k_type())); }
+  // Whether keys are stored rotated: KvStorageOptions::rotate_keys, else rotates_keys_by_default,
+  // except that a latent layout whose value_dim the rotation block does not divide never rotates
+  // (see "Latent rows"). Readers rotate queries with hadamard_rotate_heads.
+  bool keys_rotated() const { return keys_rotated_; }
   // Whole blocks of a sequence kept staged besides its partial tail block.
   int residual_blocks() const;
   // The sequence owning these blocks is being freed: their staging buffers go back to the free
@@ -175,7 +194,8 @@ class KvStorage {
   size_t residual_bytes_per_sequence() const;
 
   // Copying and moving tokens: copy-on-write of shared blocks (copy_block) and token
-  // eviction (copy_token, compact). All of them cover every layer, K and V. What stays
+  // eviction (copy_token, compact). All of them cover every layer, K and V (a latent layout:
+  // its rows). What stays
   // bit-exact (the destination decodes to exactly what the source decoded to):
   //   - copy_block: always, staging included.
   //   - copy_token / compact, per-token codecs (f32, f16, bf16, fp8, int8, int4, and KIVI
@@ -229,6 +249,7 @@ class KvStorage {
   void compact(std::span<const int32_t> block_table, std::span<const int> kept_tokens, int local_first_kept = -1);
 
   // Raw encoded blocks for kernels: k_block_bytes() bytes each, layout defined by k_codec().
+  // Latent layouts: v_block is k_block (the row holds the value); mutable_v_block is a CHECK.
   const std::byte* k_block(int layer, BlockId block) const;
   const std::byte* v_block(int layer, BlockId block) const;
   std::byte* mutable_k_block(int layer, BlockId block);
@@ -236,14 +257,16 @@ class KvStorage {
   // Whole arenas, for kernels that compute block addresses themselves:
   // block b starts at k_arena(layer) + b * k_block_bytes(). 64-byte aligned
   // (2 MiB, on huge pages where the OS allows, for arenas of 2 MiB or more).
+  // Latent layouts: v_arena is k_arena, with k_block_bytes() per block (v_block_bytes() is 0).
   const std::byte* k_arena(int layer) const;  // [num_blocks, k_block_bytes()]
   const std::byte* v_arena(int layer) const;  // [num_blocks, v_block_bytes()]
-  size_t k_block_bytes() const { return k_block_bytes_; }  // one layer, one block, K
-  size_t v_block_bytes() const { return v_block_bytes_; }  // one layer, one block, V
+  size_t k_block_bytes() const { return k_block_bytes_; }  // one layer, one block, K (or the rows)
+  size_t v_block_bytes() const { return v_block_bytes_; }  // one layer, one block, V; 0 for a latent layout
 
   // K + V bytes one token takes over all layers: 2 × layers × kv_heads × head_dim ×
-  // bytes per value for plain types; for codecs with per-block metadata, the block's
-  // bytes spread over its tokens, rounded up. (Local layers hold only their windows' tokens.)
+  // bytes per value for plain types (1 × for a latent layout's rows); for codecs with per-block
+  // metadata, the block's bytes spread over its tokens, rounded up. (Local layers hold only
+  // their windows' tokens.)
   size_t bytes_per_token() const;
   // K + V bytes of one block id over the global layers (all layers without local ones).
   size_t bytes_per_block() const {
@@ -307,6 +330,8 @@ class KvStorage {
     size_t block_bytes;
   };
   RoleRef role(KvRole which);
+  // The roles that have bytes: K and V, or a latent layout's K (its rows) alone.
+  std::span<const KvRole> stored_roles() const;
   std::byte* encoded(const RoleRef& r, int layer, BlockId block) {
     return (*r.arenas)[static_cast<size_t>(layer)].get() + arena_index(layer, block) * r.block_bytes;
   }
@@ -337,8 +362,9 @@ class KvStorage {
   size_t k_block_bytes_ = 0;
   size_t v_block_bytes_ = 0;
   std::vector<Arena> k_arenas_;  // [num_layers]
-  std::vector<Arena> v_arenas_;  // [num_layers]
+  std::vector<Arena> v_arenas_;  // [num_layers]; empty for a latent layout
   KvStorageOptions options_;
+  bool keys_rotated_ = false;  // options_.rotate_keys resolved (keys_rotated())
   int num_local_layers_ = 0;
   LocalBlockMap local_map_;
   std::vector<float> rotated_key_;  // [num_kv_heads, head_dim] write_token's rotated copy

@@ -17,9 +17,11 @@
 namespace kvlm::testing {
 
 std::string AttentionShape::name() const {
-  return fmt::format("h{}_kv{}_d{}_bs{}_ctx{}_q{}_{}_{}{}", num_heads, num_kv_heads, head_dim, block_size,
+  return fmt::format("h{}_kv{}_d{}_bs{}_ctx{}_q{}_{}_{}{}{}{}", num_heads, num_kv_heads, head_dim, block_size,
                      num_context_tokens, num_queries, kv_type_name(k_type), kv_type_name(v_type),
-                     kivi_residual > 0 ? fmt::format("_r{}", kivi_residual) : "");
+                     kivi_residual > 0 ? fmt::format("_r{}", kivi_residual) : "",
+                     latent_value_dim > 0 ? fmt::format("_latent{}", latent_value_dim) : "",
+                     rotate_keys ? (*rotate_keys ? "_rot" : "_norot") : "");
 }
 
 PagedAttentionFixture PagedAttentionFixture::make(const AttentionShape& s, uint32_t seed, float q_gain) {
@@ -27,18 +29,21 @@ PagedAttentionFixture PagedAttentionFixture::make(const AttentionShape& s, uint3
   f.shape = s;
   f.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   const KvLayout layout{.num_layers = 2, .num_kv_heads = s.num_kv_heads, .head_dim = s.head_dim,
-                        .block_size = s.block_size};
+                        .block_size = s.block_size, .latent_value_dim = s.latent_value_dim};
+  const bool latent = layout.is_latent();
   const int needed = (s.num_context_tokens + s.block_size - 1) / s.block_size;
   const int num_blocks = 2 * needed + 3;
-  auto created = KvStorage::create(layout, s.k_type, s.v_type, num_blocks, {.kivi_residual_tokens = s.kivi_residual});
+  auto created = KvStorage::create(layout, s.k_type, s.v_type, num_blocks,
+                                   {.kivi_residual_tokens = s.kivi_residual, .rotate_keys = s.rotate_keys});
   EXPECT_TRUE(created.ok()) << created.status().message();
   f.storage = std::move(created).value();
 
   const size_t width = layout.values_per_token();
   const std::vector<float> nan(width, std::numeric_limits<float>::quiet_NaN());
+  const float* nan_v = latent ? nullptr : nan.data();  // a latent layout writes its rows only
   for (int layer = 0; layer < 2; ++layer) {
     for (int b = 0; b < num_blocks; ++b) {
-      for (int slot = 0; slot < s.block_size; ++slot) f.storage->write_token(layer, BlockId(b), slot, nan.data(), nan.data());
+      for (int slot = 0; slot < s.block_size; ++slot) f.storage->write_token(layer, BlockId(b), slot, nan.data(), nan_v);
     }
   }
 
@@ -52,15 +57,23 @@ PagedAttentionFixture PagedAttentionFixture::make(const AttentionShape& s, uint3
   f.q.resize(static_cast<size_t>(s.num_queries) * s.num_heads * s.head_dim);
   for (float& x : f.q) x = q_gain * dist(rng);
   f.k.resize(static_cast<size_t>(s.num_context_tokens) * width);
-  f.v.resize(f.k.size());
   for (float& x : f.k) x = dist(rng);
-  for (float& x : f.v) x = dist(rng);
+  const size_t value_width = latent ? static_cast<size_t>(s.value_dim()) : width;
+  f.v.resize(static_cast<size_t>(s.num_context_tokens) * value_width);
+  if (latent) {
+    for (int t = 0; t < s.num_context_tokens; ++t) {
+      const float* row = f.k.data() + static_cast<size_t>(t) * width;
+      std::copy(row, row + value_width, f.v.data() + static_cast<size_t>(t) * value_width);
+    }
+  } else {
+    for (float& x : f.v) x = dist(rng);
+  }
   f.k_stored.resize(f.k.size());
   f.v_stored.resize(f.v.size());
   for (int t = 0; t < s.num_context_tokens; ++t) {
     const BlockId block(f.block_table[static_cast<size_t>(t / s.block_size)]);
     const size_t off = static_cast<size_t>(t) * width;
-    f.storage->write_token(kLayer, block, t % s.block_size, f.k.data() + off, f.v.data() + off);
+    f.storage->write_token(kLayer, block, t % s.block_size, f.k.data() + off, latent ? nullptr : f.v.data() + off);
   }
   // KIVI: full blocks outside the residual window are encoded now; the rest stay staged.
   f.storage->seal_full_blocks(kLayer, f.block_table.data(), s.num_context_tokens);
@@ -69,11 +82,13 @@ PagedAttentionFixture PagedAttentionFixture::make(const AttentionShape& s, uint3
 }
 
 void PagedAttentionFixture::reread_stored() {
-  const size_t width = storage->layout().values_per_token();
+  const KvLayout& layout = storage->layout();
+  const size_t width = layout.values_per_token();
+  const size_t value_width = layout.is_latent() ? static_cast<size_t>(layout.value_dim()) : width;
   for (int t = 0; t < shape.num_context_tokens; ++t) {
     const BlockId block(block_table[static_cast<size_t>(t / shape.block_size)]);
-    const size_t off = static_cast<size_t>(t) * width;
-    storage->read_token(kLayer, block, t % shape.block_size, k_stored.data() + off, v_stored.data() + off);
+    storage->read_token(kLayer, block, t % shape.block_size, k_stored.data() + static_cast<size_t>(t) * width,
+                        v_stored.data() + static_cast<size_t>(t) * value_width);
   }
 }
 
@@ -86,11 +101,17 @@ void PagedAttentionFixture::make_q_sink(uint32_t seed, float q_gain) {
 
 void PagedAttentionFixture::poison_evicted() {
   const std::vector<float> nan(storage->layout().values_per_token(), std::numeric_limits<float>::quiet_NaN());
+  const float* nan_v = storage->layout().is_latent() ? nullptr : nan.data();
   for (int t = num_sink_tokens; t < window_begin; ++t) {
     const BlockId block(block_table[static_cast<size_t>(t / shape.block_size)]);
-    storage->write_token(kLayer, block, t % shape.block_size, nan.data(), nan.data());
+    storage->write_token(kLayer, block, t % shape.block_size, nan.data(), nan_v);
   }
   reread_stored();
+}
+
+size_t PagedAttentionFixture::out_floats() const {
+  return static_cast<size_t>(shape.num_queries) * static_cast<size_t>(shape.num_heads) *
+         static_cast<size_t>(shape.value_dim());
 }
 
 PagedAttentionArgs PagedAttentionFixture::paged_args(float* out) const {
@@ -114,9 +135,9 @@ PagedAttentionArgs PagedAttentionFixture::paged_args(float* out) const {
 }
 
 std::vector<float> PagedAttentionFixture::run_paged(ThreadPool& pool, AttentionIsa isa) const {
-  std::vector<float> out(q.size(), std::numeric_limits<float>::quiet_NaN());
+  std::vector<float> out(out_floats(), std::numeric_limits<float>::quiet_NaN());
   // The family the call resolves to must be the one whose kernels run (the witness counts).
-  const AttentionIsa resolved = resolve_attention_isa(isa, shape.head_dim);
+  const AttentionIsa resolved = resolve_attention_isa(isa, shape.head_dim, shape.value_dim());
   const auto family = resolved == AttentionIsa::kAvx512 ? attention_internal::KernelFamily::kAvx512
                       : resolved == AttentionIsa::kAvx2 ? attention_internal::KernelFamily::kAvx2
                                                         : attention_internal::KernelFamily::kPortable;
@@ -130,6 +151,8 @@ std::vector<float> PagedAttentionFixture::run_paged(ThreadPool& pool, AttentionI
 // The stored keys come back in the model's space (read_token rotates them back); a storage that
 // keeps them rotated is scored by the kernels with rotated queries, which is also where they
 // round their queries. The stored-space reference therefore works in the rotated space too.
+// Values stay in the model's space (a latent layout's: the model-space rows' prefixes, which
+// is what the kernels' un-rotated outputs are sums of).
 static std::vector<float> reference(const PagedAttentionFixture& f, const std::vector<float>& k_given,
                                     const std::vector<float>& v, std::vector<double>* weights, bool round_queries,
                                     bool storage_space = true) {
@@ -149,6 +172,7 @@ static std::vector<float> reference(const PagedAttentionFixture& f, const std::v
   a.num_heads = f.shape.num_heads;
   a.num_kv_heads = f.shape.num_kv_heads;
   a.head_dim = f.shape.head_dim;
+  a.value_dim = f.shape.value_dim();
   a.scale = f.scale;
   a.num_sink_tokens = f.num_sink_tokens;
   a.window_begin = f.window_begin;

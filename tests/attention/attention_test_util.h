@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,10 @@ struct AttentionShape {
   KvType k_type = KvType::kF32;
   KvType v_type = KvType::kF32;
   int kivi_residual = 0;  // KvStorageOptions::kivi_residual_tokens
+  // KvLayout::latent_value_dim (MLA: num_kv_heads 1, no V; the value is K's prefix); 0 = none.
+  int latent_value_dim = 0;
+  std::optional<bool> rotate_keys = std::nullopt;  // KvStorageOptions::rotate_keys
+  int value_dim() const { return latent_value_dim > 0 ? latent_value_dim : head_dim; }
   std::string name() const;
 };
 
@@ -34,7 +39,9 @@ struct PagedAttentionFixture {
   std::unique_ptr<KvStorage> storage;
   std::vector<int32_t> block_table;
   std::vector<float> q;         // [num_queries, num_heads, head_dim]
-  std::vector<float> k, v;      // [num_context_tokens, num_kv_heads, head_dim] as written
+  // [num_context_tokens, num_kv_heads, head_dim] as written; a latent layout's v is k's
+  // prefixes, [num_context_tokens, value_dim] (only k is written).
+  std::vector<float> k, v;
   std::vector<float> k_stored;  // the same after the codec's rounding (read back)
   std::vector<float> v_stored;
   float scale = 0.0f;
@@ -62,6 +69,8 @@ struct PagedAttentionFixture {
 
   // The kernel's arguments for this fixture (out may be null).
   PagedAttentionArgs paged_args(float* out) const;
+  // Floats of one call's output: [num_queries, num_heads, value_dim].
+  size_t out_floats() const;
   std::vector<float> run_paged(ThreadPool& pool, AttentionIsa isa = AttentionIsa::kAuto) const;
   // The double-precision reference on the stored (codec-rounded) K/V, with the queries
   // rounded as the kernels round them for this key type (query_rounding.h); `weights`, when

@@ -56,9 +56,9 @@ std::vector<AttentionShape> quant_shapes() {
     shapes.push_back({8, 2, 64, 16, 100, 3, k, v});
     shapes.push_back({4, 1, 8, 16, 50, 1, k, v});
   }
-  // Integer q·k (int8, int4 keys) where the SIMD kernels take a partial last chunk or fall
-  // back to the scalar form: head_dim 24 (avx2: 12 code bytes), 48 (avx512: a masked chunk),
-  // 256 (avx2: more int4 groups than a register holds), 512 (avx512 likewise).
+  // Integer q·k (int8, int4 keys) where the SIMD kernels take a partial last chunk or score a
+  // row in segments: head_dim 24 (avx2: 12 code bytes), 48 (avx512: a masked chunk), 256
+  // (avx2: more int4 groups than a register of pairs holds), 512 (avx512 likewise).
   for (KvType t : {KvType::kInt8, KvType::kInt4}) {
     for (int d : {24, 48, 256, 512}) {
       shapes.push_back({8, 2, d, 16, 40, 1, t, t});
