@@ -36,6 +36,7 @@ struct BenchFlags {
   bool json = false;
   bool probe_only = false;  // --probe: measure the machine, no model
   bool no_probe = false;    // --no-probe: no bandwidth probe before the tests (no % BW column)
+  std::string mla = "absorbed";  // deepseek2: absorbed or expanded attention
 };
 
 nlohmann::json row_json(const SpeedBenchRow& row) {
@@ -154,6 +155,13 @@ void run_bench(const BenchFlags& f, const BenchFlagsGiven& given) {
   options.seed = f.seed;
 
   auto model = value_or_throw(LlamaModel::load(f.model));
+  if (f.mla != "absorbed" && f.mla != "expanded") {
+    throw CliError(fmt::format("--mla '{}' is not one of: absorbed, expanded", f.mla));
+  }
+  if (f.mla == "expanded") {
+    if (!model->config().is_mla()) throw CliError(fmt::format("--mla expanded: {} is not an MLA model", f.model));
+    model->set_mla_mode(MlaMode::kExpanded);
+  }
   // Checked before the thread pool starts so bad flags fail at once.
   throw_if_error(validate_speed_bench_options(options, model->config()));
   ThreadPool pool(resolve_threads(f.threads));
@@ -172,6 +180,7 @@ void run_bench(const BenchFlags& f, const BenchFlagsGiven& given) {
         {"model_bytes", r.model_bytes},
         {"num_params", r.num_params},
         {"backend", r.backend},
+        {"mla", model->config().is_mla() ? nlohmann::json(f.mla) : nlohmann::json(nullptr)},
         {"threads", r.threads},
         {"machine", r.machine},
         {"block_size", r.block_size},
@@ -238,6 +247,10 @@ CLI::App* add_bench_command(CLI::App& app) {
                       "K/V directly: same attention cost, no model time)")
           ->capture_default_str();
   cmd->add_flag("--json", flags->json, "print one JSON object with every row and number");
+  cmd->add_option("--mla", flags->mla,
+                  "MLA models: absorbed (queries through W_UK, the latent read once) or expanded (every head's K/V "
+                  "from the latents, every step)")
+      ->capture_default_str();
   cmd->add_flag("--probe", flags->probe_only,
                 "measure this machine alone: STREAM-triad memory bandwidth and the Q8_0 matmul's throughput, on -t "
                 "threads (no model)");

@@ -133,6 +133,14 @@ void print_kv_cache(const ModelShape& shape) {
                 static_cast<long long>(ctx), full_cache.c_str());
   }
   if (local) std::printf("cache saving     %s\n", local_layer_saving(shape, ctx).c_str());
+  if (shape.is_mla()) {
+    // What the same heads would store without the latent: every head's key and value.
+    const double mha = 2.0 * shape.num_layers * shape.num_heads * (shape.head_dim + shape.v_head_dim);
+    const double latent = 2.0 * shape.num_layers * shape.latent_dim();
+    std::printf("MLA saving       f16: %.0f bytes/token for the latent vs %.0f for MHA over the same %d heads "
+                "(K %d + V %d dims each): %.1fx less\n",
+                latent, mha, shape.num_heads, shape.head_dim, shape.v_head_dim, mha / latent);
+  }
 }
 
 void run(const InspectFlags& f) {
@@ -194,8 +202,26 @@ void run(const InspectFlags& f) {
   std::printf("architecture     %s%s\n", c.architecture.c_str(), c.name.empty() ? "" : (" (" + c.name + ")").c_str());
   std::printf("shape            %d layers, dim %d, ffn %d, vocab %d, context %d\n", c.num_layers, c.dim, c.ffn_dim,
               c.vocab_size, c.context_length);
-  std::printf("attention        %s: %d query heads, %d kv heads (group %d), head_dim %d\n",
-              c.attention_kind().c_str(), c.num_heads, c.num_kv_heads, c.group_size(), c.head_dim);
+  if (c.is_mla()) {
+    const MlaConfig& m = c.mla;
+    std::printf("attention        MLA: %d query heads over one latent of %d + %d RoPE dims (per head: key %d + %d, "
+                "value %d; %s; %s)\n",
+                c.num_heads, m.kv_lora_rank, m.qk_rope_dim, m.qk_nope_dim, m.qk_rope_dim, m.v_head_dim,
+                m.q_lora_rank > 0 ? fmt::format("q_lora {}", m.q_lora_rank).c_str() : "plain attn_q",
+                m.split_kv_b ? "attn_k_b + attn_v_b" : "attn_kv_b");
+  } else {
+    std::printf("attention        %s: %d query heads, %d kv heads (group %d), head_dim %d\n",
+                c.attention_kind().c_str(), c.num_heads, c.num_kv_heads, c.group_size(), c.head_dim);
+  }
+  if (c.moe.enabled()) {
+    const MoeConfig& e = c.moe;
+    std::printf("experts          %d routed (%d per token, %s gating%s%s, scale %g) + %d shared, ffn %d; first %d "
+                "layer%s dense\n",
+                e.num_experts, e.num_experts_used, expert_gating_name(e.gating),
+                e.normalize_weights ? ", renormalised" : "", e.has_expert_bias ? ", selection bias" : "",
+                e.weights_scale, e.num_shared_experts, e.expert_ffn_dim, e.leading_dense_layers,
+                e.leading_dense_layers == 1 ? "" : "s");
+  }
   const ModelShape shape = model_shape_from_config(c);
   print_sliding_window(shape);
   std::printf("rope             %s\n", rope_description(c).c_str());

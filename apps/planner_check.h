@@ -81,9 +81,10 @@ inline PlannerCheck check_against_planner(const ModelConfig& config, KvType k_ty
     }
     check.predicted = value_or_throw(predict_pool_bytes(model_shape_from_config(config), query));
   } else {
-    check.predicted = value_or_throw(predict_pool_bytes(model_shape_from_config(config), k_type, v_type,
-                                                        CacheForm::kFull, block_size, tokens_per_sequence,
-                                                        kivi_residual));
+    // An MLA model's pool holds the latent rows alone.
+    const CacheForm form = config.is_mla() ? CacheForm::kLatent : CacheForm::kFull;
+    check.predicted = value_or_throw(predict_pool_bytes(model_shape_from_config(config), k_type, v_type, form,
+                                                        block_size, tokens_per_sequence, kivi_residual));
   }
   // Window and streaming leave evicted slots in at most two blocks per sequence (the sinks' last
   // block and the window's first) until a whole block is evicted and dropped.

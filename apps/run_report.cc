@@ -36,9 +36,18 @@ std::string format_stats(const GenerationResult& r, const LlamaModel& model, con
                      s.kv_projections_cached, s.kv_projections_recompute,
                      s.kv_projections_cached ? static_cast<double>(s.kv_projections_recompute) / s.kv_projections_cached
                                              : 0.0);
-  out += fmt::format("KV per token     {} bytes = 2 x {} layers x {} kv heads x {} dims x K {} / V {}\n",
-                     s.kv_bytes_per_token, c.num_layers, c.num_kv_heads, c.head_dim, kv_type_name(run.k_type),
-                     kv_type_name(run.v_type));
+  if (c.is_mla()) {
+    // One latent row per layer, no V; beside it what MHA over the same heads would store.
+    const uint64_t mha_f16 = 2ull * c.num_layers * c.num_heads * (c.mla.qk_head_dim() + c.mla.v_head_dim);
+    out += fmt::format("KV per token     {} bytes = {} layers x {} latent values ({} + {} RoPE) x {} (MLA; MHA over "
+                       "the same {} heads: {} bytes in f16)\n",
+                       s.kv_bytes_per_token, c.num_layers, c.head_dim, c.mla.kv_lora_rank, c.mla.qk_rope_dim,
+                       kv_type_name(run.k_type), c.num_heads, mha_f16);
+  } else {
+    out += fmt::format("KV per token     {} bytes = 2 x {} layers x {} kv heads x {} dims x K {} / V {}\n",
+                       s.kv_bytes_per_token, c.num_layers, c.num_kv_heads, c.head_dim, kv_type_name(run.k_type),
+                       kv_type_name(run.v_type));
+  }
   out += fmt::format("KV allocated     {} bytes in {} blocks of {} tokens (peak; {} bytes for {} tokens by formula)\n",
                      s.kv_bytes_allocated, s.kv_blocks_peak, s.block_size,
                      s.kv_bytes_per_token * static_cast<uint64_t>(s.kv_tokens_cached), s.kv_tokens_cached);

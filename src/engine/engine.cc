@@ -67,7 +67,7 @@ Result<std::unique_ptr<Engine>> Engine::create(LlamaModel& model, ThreadPool& po
     return Status::errorf("--max-batch-tokens {} must be >= 1", options.max_batch_tokens);
   }
   if (options.max_seqs < 1) return Status::errorf("--max-seqs {} must be >= 1", options.max_seqs);
-  const KvLayout layout{c.num_layers, c.num_kv_heads, c.head_dim, options.block_size};
+  const KvLayout layout = c.kv_layout(options.block_size);
   KvStorageOptions storage_options = options.storage;
   EngineOptions engine_options = options;
   std::vector<std::string> warnings;

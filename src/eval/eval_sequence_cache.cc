@@ -62,7 +62,7 @@ Result<std::unique_ptr<EvalSequenceCache>> make_full_eval_cache(LlamaModel& mode
   }
   const int64_t num_blocks = (request.max_tokens + o.block_size - 1) / o.block_size;
   const ModelConfig& c = model.config();
-  const KvLayout layout{c.num_layers, c.num_kv_heads, c.head_dim, o.block_size};
+  const KvLayout layout = c.kv_layout(o.block_size);
   KVLM_ASSIGN_OR_RETURN(std::unique_ptr<KvStorage> storage,
                         KvStorage::create(layout, o.k_type, o.v_type, static_cast<int>(num_blocks), o.storage));
   return std::unique_ptr<EvalSequenceCache>(

@@ -66,7 +66,7 @@ EvalCacheFactory make_evicting_eval_cache(const EvictionOptions& eviction) {
     const int max_step = static_cast<int>(std::min<int64_t>(request.max_tokens, int64_t{1} << 20));
     const int num_blocks = EvictingSequence::max_blocks(eviction, o.block_size, max_step, request.max_tokens);
     const ModelConfig& c = model.config();
-    const KvLayout layout{c.num_layers, c.num_kv_heads, c.head_dim, o.block_size};
+    const KvLayout layout = c.kv_layout(o.block_size);
     KVLM_ASSIGN_OR_RETURN(std::unique_ptr<KvStorage> storage,
                           KvStorage::create(layout, o.k_type, o.v_type, num_blocks, o.storage));
     return std::unique_ptr<EvalSequenceCache>(

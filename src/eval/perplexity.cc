@@ -92,7 +92,7 @@ Result<PerplexityResult> evaluate_perplexity(LlamaModel& model, ThreadPool& pool
   KVLM_RETURN_IF_ERROR(validate_eviction_options(options.eviction));
   const bool evicting = options.eviction.policy != EvictionPolicy::kNone;
   const int num_blocks = EvictingSequence::max_blocks(options.eviction, options.block_size, ctx, ctx);
-  const KvLayout layout{config.num_layers, config.num_kv_heads, config.head_dim, options.block_size};
+  const KvLayout layout = config.kv_layout(options.block_size);
   KvStorageOptions storage_options = options.storage;
   // An evicting sequence runs its steps as its policy says (up to the whole window at once), and
   // its compactions pin their destination blocks before the sources let go: room for two.

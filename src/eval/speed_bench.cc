@@ -129,7 +129,7 @@ void fill_random_kv(KvStorage& storage, std::span<const int32_t> table, int dept
     for (int pos = 0; pos < depth; ++pos) {
       for (float& x : k) x = static_cast<float>(4 * rng.next_double() - 2);
       for (float& x : v) x = static_cast<float>(4 * rng.next_double() - 2);
-      storage.write_tokens(layer, table, pos, 1, k.data(), v.data());
+      storage.write_tokens(layer, table, pos, 1, k.data(), layout.is_latent() ? nullptr : v.data());  // MLA: rows only
     }
   }
 }
@@ -234,7 +234,7 @@ Result<SpeedBenchResult> run_speed_bench(LlamaModel& model, ThreadPool& pool, co
   const int span = std::max(options.prompt_tokens, options.gen_tokens);
   const int block_size = options.block_size;
   const int num_blocks = (max_depth + span + block_size - 1) / block_size;
-  const KvLayout layout{config.num_layers, config.num_kv_heads, config.head_dim, block_size};
+  const KvLayout layout = config.kv_layout(block_size);
   std::vector<CodecCache> caches;  // [codecs]
   for (const SpeedBenchCodec& codec : options.codecs) {
     CodecCache c;

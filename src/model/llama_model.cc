@@ -8,6 +8,8 @@
 #include "core/check.h"
 #include "gguf/gguf_file.h"
 #include "kv/kv_storage.h"
+#include "model/mla_attention.h"
+#include "model/moe_ffn.h"
 #include "model/tokenizer_gguf.h"
 #include "ops/elementwise.h"
 
@@ -66,10 +68,12 @@ void LlamaModel::forward_batch(std::span<const SequenceStep> steps, KvStorage& c
   const ModelConfig& c = config_;
   KVLM_CHECK(!steps.empty(), "forward needs at least one sequence");
   const KvLayout& layout = cache.layout();
-  KVLM_CHECK(layout.num_layers == c.num_layers && layout.num_kv_heads == c.num_kv_heads &&
-                 layout.head_dim == c.head_dim,
-             "cache layout {}x{}x{} does not match the model {}x{}x{}", layout.num_layers, layout.num_kv_heads,
-             layout.head_dim, c.num_layers, c.num_kv_heads, c.head_dim);
+  const KvLayout expected = c.kv_layout(layout.block_size);
+  KVLM_CHECK(layout.num_layers == expected.num_layers && layout.num_kv_heads == expected.num_kv_heads &&
+                 layout.head_dim == expected.head_dim && layout.latent_value_dim == expected.latent_value_dim,
+             "cache layout {}x{}x{} (latent values {}) does not match the model {}x{}x{} (latent values {})",
+             layout.num_layers, layout.num_kv_heads, layout.head_dim, layout.latent_value_dim, expected.num_layers,
+             expected.num_kv_heads, expected.head_dim, expected.latent_value_dim);
   const int block_size = layout.block_size;
   // A storage that keeps only the windows of local layers must agree with the model on which they are.
   if (cache.has_local_layers()) {
@@ -172,110 +176,41 @@ void LlamaModel::forward_batch(std::span<const SequenceStep> steps, KvStorage& c
     }
   }
 
+  // Per token, the attention's output: heads × head_dim, or MLA's heads × latent mixes.
+  const int64_t att_stride = static_cast<int64_t>(c.num_heads) * (c.is_mla() ? c.mla.kv_lora_rank : c.head_dim);
   for (int l = 0; l < c.num_layers; ++l) {
     const LlamaLayerWeights& w = weights_.layers[static_cast<size_t>(l)];
     rms_norm_rows(x_, w.attn_norm, xn_);
-    matmul(w.wq, xn_.data(), q_.data(), n, pool);
-    matmul(w.wk, xn_.data(), k_.data(), n, pool);
-    matmul(w.wv, xn_.data(), v_.data(), n, pool);
-    add_bias(q_.data(), w.bq, n);
-    add_bias(k_.data(), w.bk, n);
-    add_bias(v_.data(), w.bv, n);
-    if (c.has_qk_norm) {
-      // Each head of q and k is normalized on its own, before RoPE (qwen3, gemma3).
-      pool.parallel_for(n, 8, [&](int64_t begin, int64_t end) {
-        for (int64_t t = begin; t < end; ++t) {
-          float* q = &q_[static_cast<size_t>(t * c.q_dim())];
-          float* k = &k_[static_cast<size_t>(t * c.kv_dim())];
-          for (int h = 0; h < c.num_heads; ++h) {
-            float* head = q + static_cast<int64_t>(h) * c.head_dim;
-            rms_norm(head, w.q_norm.data(), head, c.head_dim, c.rms_eps);
-          }
-          for (int h = 0; h < c.num_kv_heads; ++h) {
-            float* head = k + static_cast<int64_t>(h) * c.head_dim;
-            rms_norm(head, w.k_norm.data(), head, c.head_dim, c.rms_eps);
-          }
-        }
-      });
+    if (c.is_mla() && mla_mode_ == MlaMode::kExpanded) {
+      mla_cache_rows(c, w, xn_.data(), n, positions_.data(), pool, mla_, k_.data());
+      mla_queries(c, w, xn_.data(), n, pool, mla_);
+      attend_expanded(l, steps, cache, pool);
+      matmul(w.wo, mla_.heads.data(), proj_.data(), n, pool);
+    } else if (c.is_mla()) {
+      // The cache rows (k_), and the absorbed queries (q_, q_sink_): attention is MQA over the rows.
+      mla_cache_rows(c, w, xn_.data(), n, positions_.data(), pool, mla_, k_.data());
+      mla_absorbed_queries(c, w, xn_.data(), n, positions_.data(), sink_positions_.data(), pool, mla_, q_.data(),
+                           any_sink_queries ? q_sink_.data() : nullptr);
+      attend(l, steps, att_stride, cache, pool);
+      mla_output(c, w, att_.data(), n, pool, mla_, proj_.data());
+    } else {
+      project_qkv(l, n, any_sink_queries, pool);
+      attend(l, steps, att_stride, cache, pool);
+      matmul(w.wo, att_.data(), proj_.data(), n, pool);
     }
-
-    // Keys are stored already rotated with their position, so cached keys never need work again.
-    // (A codec's own rotation of keys and queries, KvStorage::keys_rotated, is the KV side's.)
-    if (any_sink_queries) std::copy(q_.begin(), q_.end(), q_sink_.begin());
-    const RopeParams& rope = c.layer_rope(l);
-    const bool local = c.is_local_layer(l);
-    pool.parallel_for(n, 8, [&](int64_t begin, int64_t end) {
-      for (int64_t t = begin; t < end; ++t) {
-        const Position pos = static_cast<Position>(positions_[static_cast<size_t>(t)]);
-        float* q = &q_[static_cast<size_t>(t * c.q_dim())];
-        float* k = &k_[static_cast<size_t>(t * c.kv_dim())];
-        rope_apply(rope, q, c.num_heads, pos);
-        rope_apply(rope, k, c.num_kv_heads, pos);
-        const int64_t sink_pos = sink_positions_[static_cast<size_t>(t)];
-        if (sink_pos >= 0) {
-          float* q_sink = &q_sink_[static_cast<size_t>(t * c.q_dim())];
-          rope_apply(rope, q_sink, c.num_heads, static_cast<Position>(sink_pos));
-        }
-      }
-    });
-
-    int64_t first = 0;  // the sequence's first token in the batch
-    for (const SequenceStep& step : steps) {
-      const int64_t len = static_cast<int64_t>(step.tokens.size());
-      const int64_t num_context = step.num_cached_tokens + len;
-      // KIVI encodes each block as the residual window leaves it (the write is all there is for other codecs).
-      cache.write_tokens(l, step.block_table, step.num_cached_tokens, static_cast<int>(len),
-                         &k_[static_cast<size_t>(first * c.kv_dim())], &v_[static_cast<size_t>(first * c.kv_dim())]);
-
-      PagedAttentionArgs args;
-      args.storage = &cache;
-      args.layer = l;
-      args.block_table = step.block_table.data();
-      args.num_table_blocks = static_cast<int>(step.block_table.size());
-      const bool by_slot = step.local_first_tokens.empty();  // slots are positions
-      if (local && cache.is_local_layer(l)) {
-        args.block_table = local_tables_[static_cast<size_t>(&step - steps.data())].data();
-      }
-      args.num_context_tokens = static_cast<int>(num_context);
-      args.num_queries = static_cast<int>(len);
-      args.num_heads = c.num_heads;
-      args.q = &q_[static_cast<size_t>(first * c.q_dim())];
-      args.out = &att_[static_cast<size_t>(first * c.q_dim())];
-      args.scale = c.attention_scale;
-      // A local layer sees the last `window` positions: by slot, or as the step says.
-      args.sliding_window = local && by_slot ? c.sliding_window.window : 0;
-      args.query_first_token = local && !by_slot ? step.local_first_tokens.data() : nullptr;
-      args.num_sink_tokens = step.num_sink_tokens;
-      args.window_begin = step.window_begin;
-      args.q_sink = sink_positions_[static_cast<size_t>(first)] >= 0 ? &q_sink_[static_cast<size_t>(first * c.q_dim())]
-                                                                     : nullptr;
-      args.token_weights = step.slot_weights;  // summed over layers, as it accumulates
-      args.first_weight_query = step.slot_weights != nullptr ? static_cast<int>(len) - step.num_weight_queries : 0;
-      paged_attention(args, pool);
-      first += len;
-    }
-
-    matmul(w.wo, att_.data(), proj_.data(), n, pool);
     if (c.has_post_norms) rms_norm_rows(proj_, w.post_attn_norm, proj_);
     add_into(x_.data(), proj_.data(), n * c.dim);
 
     rms_norm_rows(x_, w.ffn_norm, xn_);
-    matmul(w.w_gate, xn_.data(), gate_.data(), n, pool);
-    matmul(w.w_up, xn_.data(), up_.data(), n, pool);
-    if (c.ffn_activation == FfnActivation::kGeluTanh) {
-      pool.parallel_for(n, 4, [&](int64_t begin, int64_t end) {
-        const size_t at = static_cast<size_t>(begin * c.ffn_dim);
-        gelu_tanh_mul(&gate_[at], &up_[at], &gate_[at], (end - begin) * c.ffn_dim);
-      });
+    if (c.moe.is_moe_layer(l)) {
+      moe_ffn(c, w, xn_.data(), n, pool, moe_, proj_.data());
     } else {
-      silu_mul(gate_.data(), up_.data(), gate_.data(), n * c.ffn_dim);
+      dense_ffn(w, n, pool);
     }
-    matmul(w.w_down, gate_.data(), proj_.data(), n, pool);
     if (c.has_post_norms) rms_norm_rows(proj_, w.post_ffn_norm, proj_);
     add_into(x_.data(), proj_.data(), n * c.dim);
   }
   kv_projections_computed_ += static_cast<uint64_t>(n);
-
   // The rows whose logits are wanted, packed at the front of xn_.
   int64_t row = 0;
   int64_t first = 0;
@@ -290,6 +225,140 @@ void LlamaModel::forward_batch(std::span<const SequenceStep> steps, KvStorage& c
   }
   logits.resize(static_cast<size_t>(num_logits_rows * c.vocab_size));
   matmul(weights_.output, xn_.data(), logits.data(), num_logits_rows, pool);
+}
+
+// q_, k_, v_ (and q_sink_) of the llama block: projections, biases, q/k norms, RoPE.
+void LlamaModel::project_qkv(int l, int64_t n, bool any_sink_queries, ThreadPool& pool) {
+  const ModelConfig& c = config_;
+  const LlamaLayerWeights& w = weights_.layers[static_cast<size_t>(l)];
+  matmul(w.wq, xn_.data(), q_.data(), n, pool);
+  matmul(w.wk, xn_.data(), k_.data(), n, pool);
+  matmul(w.wv, xn_.data(), v_.data(), n, pool);
+  add_bias(q_.data(), w.bq, n);
+  add_bias(k_.data(), w.bk, n);
+  add_bias(v_.data(), w.bv, n);
+  if (c.has_qk_norm) {
+    // Each head of q and k is normalized on its own, before RoPE (qwen3, gemma3).
+    pool.parallel_for(n, 8, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        float* q = &q_[static_cast<size_t>(t * c.q_dim())];
+        float* k = &k_[static_cast<size_t>(t * c.kv_dim())];
+        for (int h = 0; h < c.num_heads; ++h) {
+          float* head = q + static_cast<int64_t>(h) * c.head_dim;
+          rms_norm(head, w.q_norm.data(), head, c.head_dim, c.rms_eps);
+        }
+        for (int h = 0; h < c.num_kv_heads; ++h) {
+          float* head = k + static_cast<int64_t>(h) * c.head_dim;
+          rms_norm(head, w.k_norm.data(), head, c.head_dim, c.rms_eps);
+        }
+      }
+    });
+  }
+
+  // Keys are stored already rotated with their position, so cached keys never need work again.
+  // (A codec's own rotation of keys and queries, KvStorage::keys_rotated, is the KV side's.)
+  if (any_sink_queries) std::copy(q_.begin(), q_.end(), q_sink_.begin());
+  const RopeParams& rope = c.layer_rope(l);
+  pool.parallel_for(n, 8, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const Position pos = static_cast<Position>(positions_[static_cast<size_t>(t)]);
+      float* q = &q_[static_cast<size_t>(t * c.q_dim())];
+      float* k = &k_[static_cast<size_t>(t * c.kv_dim())];
+      rope_apply(rope, q, c.num_heads, pos);
+      rope_apply(rope, k, c.num_kv_heads, pos);
+      const int64_t sink_pos = sink_positions_[static_cast<size_t>(t)];
+      if (sink_pos >= 0) {
+        float* q_sink = &q_sink_[static_cast<size_t>(t * c.q_dim())];
+        rope_apply(rope, q_sink, c.num_heads, static_cast<Position>(sink_pos));
+      }
+    }
+  });
+}
+
+// Per sequence: writes its new K/V (or MLA rows) from k_/v_ into the cache, then attends with
+// q_ over its blocks into att_ (att_stride floats per token).
+void LlamaModel::attend(int l, std::span<const SequenceStep> steps, int64_t att_stride, KvStorage& cache,
+                        ThreadPool& pool) {
+  const ModelConfig& c = config_;
+  const bool local = c.is_local_layer(l);
+  int64_t first = 0;  // the sequence's first token in the batch
+  for (const SequenceStep& step : steps) {
+    const int64_t len = static_cast<int64_t>(step.tokens.size());
+    const int64_t num_context = step.num_cached_tokens + len;
+    // KIVI encodes each block as the residual window leaves it (the write is all there is for other codecs).
+    cache.write_tokens(l, step.block_table, step.num_cached_tokens, static_cast<int>(len),
+                       &k_[static_cast<size_t>(first * c.kv_dim())],
+                       c.is_mla() ? nullptr : &v_[static_cast<size_t>(first * c.kv_dim())]);
+
+    PagedAttentionArgs args;
+    args.storage = &cache;
+    args.layer = l;
+    args.block_table = step.block_table.data();
+    args.num_table_blocks = static_cast<int>(step.block_table.size());
+    const bool by_slot = step.local_first_tokens.empty();  // slots are positions
+    if (local && cache.is_local_layer(l)) {
+      args.block_table = local_tables_[static_cast<size_t>(&step - steps.data())].data();
+    }
+    args.num_context_tokens = static_cast<int>(num_context);
+    args.num_queries = static_cast<int>(len);
+    args.num_heads = c.num_heads;
+    args.q = &q_[static_cast<size_t>(first * c.q_dim())];
+    args.out = &att_[static_cast<size_t>(first * att_stride)];
+    args.scale = c.attention_scale;
+    // A local layer sees the last `window` positions: by slot, or as the step says.
+    args.sliding_window = local && by_slot ? c.sliding_window.window : 0;
+    args.query_first_token = local && !by_slot ? step.local_first_tokens.data() : nullptr;
+    args.num_sink_tokens = step.num_sink_tokens;
+    args.window_begin = step.window_begin;
+    args.q_sink = sink_positions_[static_cast<size_t>(first)] >= 0 ? &q_sink_[static_cast<size_t>(first * c.q_dim())]
+                                                                   : nullptr;
+    args.token_weights = step.slot_weights;  // summed over layers, as it accumulates
+    args.first_weight_query = step.slot_weights != nullptr ? static_cast<int>(len) - step.num_weight_queries : 0;
+    paged_attention(args, pool);
+    first += len;
+  }
+}
+
+// MLA expanded (mla_expanded.h): per sequence, writes its rows from k_, then attends over every
+// head's expanded keys and values with the queries in mla_.q into mla_.heads.
+void LlamaModel::attend_expanded(int l, std::span<const SequenceStep> steps, KvStorage& cache, ThreadPool& pool) {
+  const ModelConfig& c = config_;
+  const MlaConfig& m = c.mla;
+  int64_t total = 0;
+  for (const SequenceStep& step : steps) total += static_cast<int64_t>(step.tokens.size());
+  if (mla_.heads.size() < static_cast<size_t>(total * c.num_heads * m.v_head_dim)) {
+    mla_.heads.resize(static_cast<size_t>(total * c.num_heads * m.v_head_dim));
+  }
+  int64_t first = 0;
+  for (const SequenceStep& step : steps) {
+    const int64_t len = static_cast<int64_t>(step.tokens.size());
+    KVLM_CHECK(step.num_sink_tokens == 0 && step.window_begin == 0 && step.slot_weights == nullptr &&
+                   step.first_sink_query_position < 0 && (step.first_position < 0 || step.first_position == step.num_cached_tokens),
+               "expanded MLA attends causally over every cached token: no eviction");
+    cache.write_tokens(l, step.block_table, step.num_cached_tokens, static_cast<int>(len),
+                       &k_[static_cast<size_t>(first * c.kv_dim())], nullptr);
+    mla_expanded_attention(c, weights_.layers[static_cast<size_t>(l)], cache, l, step.block_table,
+                           static_cast<int>(step.num_cached_tokens + len), static_cast<int>(len),
+                           mla_.q.data() + first * c.num_heads * m.qk_head_dim(), positions_.data() + first, pool,
+                           mla_expanded_, mla_.heads.data() + first * c.num_heads * m.v_head_dim);
+    first += len;
+  }
+}
+
+// proj_ = the dense FFN of xn_.
+void LlamaModel::dense_ffn(const LlamaLayerWeights& w, int64_t n, ThreadPool& pool) {
+  const ModelConfig& c = config_;
+  matmul(w.w_gate, xn_.data(), gate_.data(), n, pool);
+  matmul(w.w_up, xn_.data(), up_.data(), n, pool);
+  if (c.ffn_activation == FfnActivation::kGeluTanh) {
+    pool.parallel_for(n, 4, [&](int64_t begin, int64_t end) {
+      const size_t at = static_cast<size_t>(begin * c.ffn_dim);
+      gelu_tanh_mul(&gate_[at], &up_[at], &gate_[at], (end - begin) * c.ffn_dim);
+    });
+  } else {
+    silu_mul(gate_.data(), up_.data(), gate_.data(), n * c.ffn_dim);
+  }
+  matmul(w.w_down, gate_.data(), proj_.data(), n, pool);
 }
 
 }  // namespace kvlm

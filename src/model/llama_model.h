@@ -11,6 +11,9 @@
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "model/llama_weights.h"
+#include "model/mla_attention.h"
+#include "model/mla_expanded.h"
+#include "model/moe_ffn.h"
 #include "model/model_config.h"
 #include "model/tokenizer.h"
 
@@ -84,6 +87,11 @@ class LlamaModel {
   void forward_batch(std::span<const SequenceStep> steps, KvStorage& cache, ThreadPool& pool,
                      std::vector<float>& logits);
 
+  // deepseek2: attention absorbed (default) or expanded per head every step (mla_expanded.h; plain
+  // causal attention only, for measurements and as a second computation in tests).
+  void set_mla_mode(MlaMode mode) { mla_mode_ = mode; }
+  MlaMode mla_mode() const { return mla_mode_; }
+
   // Count of K/V projections computed so far (one per token per forward): the cache's savings.
   uint64_t kv_projections_computed() const { return kv_projections_computed_; }
 
@@ -91,6 +99,11 @@ class LlamaModel {
   LlamaModel() = default;
   // Reads the config, binds the weights and builds the tokenizer of an opened file.
   static Result<std::unique_ptr<LlamaModel>> from_file(std::unique_ptr<GgufFile> file);
+  // The pieces of one layer of forward_batch, over its scratch buffers.
+  void project_qkv(int layer, int64_t n, bool any_sink_queries, ThreadPool& pool);
+  void attend(int layer, std::span<const SequenceStep> steps, int64_t att_stride, KvStorage& cache, ThreadPool& pool);
+  void attend_expanded(int layer, std::span<const SequenceStep> steps, KvStorage& cache, ThreadPool& pool);
+  void dense_ffn(const LlamaLayerWeights& w, int64_t n, ThreadPool& pool);
 
   std::unique_ptr<GgufFile> file_;
   ModelConfig config_;
@@ -103,12 +116,16 @@ class LlamaModel {
   std::vector<float> xn_;       // [n, dim] normalized
   std::vector<float> q_;        // [n, q_dim]
   std::vector<float> q_sink_;   // [n, q_dim] the queries rotated at their positions within the cache
-  std::vector<float> k_;        // [n, kv_dim]
+  std::vector<float> k_;        // [n, kv_dim]; MLA: the cache rows
   std::vector<float> v_;        // [n, kv_dim]
   std::vector<float> att_;      // [n, q_dim]
   std::vector<float> proj_;     // [n, dim]
   std::vector<float> gate_;     // [n, ffn_dim]
   std::vector<float> up_;       // [n, ffn_dim]
+  MlaMode mla_mode_ = MlaMode::kAbsorbed;
+  MlaScratch mla_;
+  MlaExpandedScratch mla_expanded_;
+  MoeScratch moe_;
   std::vector<std::vector<int32_t>> local_tables_;  // [steps] each block table as the local layers' slots
   std::vector<int64_t> positions_;       // [n] each token's text position (RoPE)
   std::vector<int64_t> sink_positions_;  // [n] its position within the cache, -1 = no second rotation

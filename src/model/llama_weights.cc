@@ -1,100 +1,21 @@
 #include "model/llama_weights.h"
 
-#include <algorithm>
-#include <map>
-#include <string>
-#include <string_view>
-
-#include <fmt/ranges.h>
-
-#include "core/quantize.h"
-#include "gguf/gguf_file.h"
+#include "model/deepseek2_weights.h"
 #include "model/llama_gguf_names.h"
+#include "model/tensor_binder.h"
 
 namespace kvlm {
 namespace {
 
 namespace names = llama_names;
 
-// Collects problems across all tensors so one error lists everything missing or wrong.
-class TensorBinder {
- public:
-  explicit TensorBinder(const GgufFile& file) : file_(file) {}
-
-  const GgufTensorInfo* find(const std::string& name, std::vector<int64_t> expected_dims) {
-    const GgufTensorInfo* t = file_.find_tensor(name);
-    if (t == nullptr) {
-      missing_.push_back(name);
-      return nullptr;
-    }
-    if (t->dims != expected_dims) {
-      problems_.push_back(fmt::format("'{}' has dims [{}], expected [{}]", name, fmt::join(t->dims, ", "),
-                                      fmt::join(expected_dims, ", ")));
-      return nullptr;
-    }
-    if (!ggml_type_traits(t->type).supported) {
-      unsupported_[ggml_type_name(t->type)].push_back(name);
-      return nullptr;
-    }
-    return t;
-  }
-
-  WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols) {
-    const GgufTensorInfo* t = find(name, {cols, rows});
-    if (t == nullptr) return {};
-    return WeightMatrix{t->type, t->data, rows, cols, ggml_row_bytes(t->type, cols)};
-  }
-
-  // Consecutive row ranges of one [sum of rows, cols] tensor, as views (phi3's fused tensors).
-  std::vector<WeightMatrix> split_rows(const std::string& name, std::initializer_list<int64_t> rows, int64_t cols) {
-    int64_t total = 0;
-    for (int64_t r : rows) total += r;
-    const WeightMatrix whole = matrix(name, total, cols);
-    std::vector<WeightMatrix> parts;
-    int64_t first = 0;
-    for (int64_t r : rows) {
-      if (whole.data == nullptr) {
-        parts.push_back({});
-        continue;
-      }
-      parts.push_back(WeightMatrix{whole.type, whole.data + first * whole.row_bytes, r, cols, whole.row_bytes});
-      first += r;
-    }
-    return parts;
-  }
-
-  std::vector<float> vector(const std::string& name, int64_t n) {
-    const GgufTensorInfo* t = find(name, {n});
-    if (t == nullptr) return {};
-    std::vector<float> out(static_cast<size_t>(n));
-    dequantize_row_reference(t->type, t->data, out.data(), n);
-    return out;
-  }
-
-  Status status() const {
-    if (missing_.empty() && problems_.empty() && unsupported_.empty()) return Status::ok_status();
-    std::string msg = fmt::format("{}: cannot load the model:", file_.name());
-    if (!missing_.empty()) msg += fmt::format(" missing tensors: {}.", fmt::join(missing_, ", "));
-    if (!problems_.empty()) msg += fmt::format(" {}.", fmt::join(problems_, "; "));
-    // One clause per type, naming a few tensors: a file of one unsupported type has hundreds.
-    for (const auto& [type, tensors] : unsupported_) {
-      constexpr size_t kNamed = 3;
-      const std::vector<std::string> named(tensors.begin(), tensors.begin() + std::min(kNamed, tensors.size()));
-      msg += fmt::format(" weight type {} is not supported by kvlm ({} tensor{}: {}{}).", type, tensors.size(),
-                         tensors.size() == 1 ? "" : "s", fmt::join(named, ", "), tensors.size() > kNamed ? ", ..." : "");
-    }
-    if (!unsupported_.empty()) msg += fmt::format(" kvlm computes with: {}.", supported_ggml_type_names());
-    return Status::error(msg);
-  }
-
- private:
-  const GgufFile& file_;
-  std::vector<std::string> missing_;
-  std::vector<std::string> problems_;
-  std::map<std::string_view, std::vector<std::string>> unsupported_;  // type name -> tensors
-};
-
 uint64_t matrix_bytes(const WeightMatrix& w) { return static_cast<uint64_t>(w.rows) * w.row_bytes; }
+
+uint64_t matrices_bytes(const std::vector<WeightMatrix>& ws) {
+  uint64_t total = 0;
+  for (const WeightMatrix& w : ws) total += matrix_bytes(w);
+  return total;
+}
 
 }  // namespace
 
@@ -105,8 +26,13 @@ Result<LlamaWeights> LlamaWeights::bind(const GgufFile& file, const ModelConfig&
   w.output_norm = b.vector(names::kOutputNorm, c.dim);
   w.output = c.tied_output ? w.token_embd : b.matrix(names::kOutput, c.vocab_size, c.dim);
   w.layers.resize(static_cast<size_t>(c.num_layers));
+  w.experts_used_per_token = c.moe.num_experts_used;
   for (int l = 0; l < c.num_layers; ++l) {
     LlamaLayerWeights& layer = w.layers[static_cast<size_t>(l)];
+    if (c.is_mla()) {
+      bind_deepseek2_layer(b, c, l, layer, w.derived);
+      continue;
+    }
     layer.attn_norm = b.vector(names::blk(l, names::kAttnNorm), c.dim);
     if (c.fused_qkv) {
       const std::vector<WeightMatrix> qkv =
@@ -153,6 +79,13 @@ uint64_t LlamaWeights::decode_weight_bytes() const {
   for (const LlamaLayerWeights& l : layers) {
     total += matrix_bytes(l.wq) + matrix_bytes(l.wk) + matrix_bytes(l.wv) + matrix_bytes(l.wo) +
              matrix_bytes(l.w_gate) + matrix_bytes(l.w_up) + matrix_bytes(l.w_down);
+    total += matrix_bytes(l.wq_a) + matrix_bytes(l.wkv_a) + matrices_bytes(l.uk_t) + matrices_bytes(l.uv);
+    total += matrix_bytes(l.router) + matrix_bytes(l.shared_gate) + matrix_bytes(l.shared_up) +
+             matrix_bytes(l.shared_down);
+    if (!l.exp_gate.empty()) {
+      const uint64_t experts = matrices_bytes(l.exp_gate) + matrices_bytes(l.exp_up) + matrices_bytes(l.exp_down);
+      total += experts / l.exp_gate.size() * static_cast<uint64_t>(experts_used_per_token);
+    }
   }
   return total;
 }

@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "gguf/gguf_file.h"
+#include "model/deepseek2_config.h"
 #include "model/llama_gguf_names.h"
 
 namespace kvlm {
@@ -16,8 +17,9 @@ namespace names = llama_names;
 // qwen3 drops the biases for a per-head RMSNorm of q and k.
 // gemma3 adds q/k norms too, post-norms, GELU, a scaled embedding and sliding-window layers.
 // phi3 is the llama block with q/k/v and gate/up each in one tensor, and NeoX RoPE.
-constexpr std::array<std::string_view, 6> kSupportedArchitectures = {"llama", "mistral", "qwen2",
-                                                                     "qwen3", "gemma3",  "phi3"};
+// deepseek2 is multi-head latent attention with mixture-of-experts FFNs (deepseek2_config.h).
+constexpr std::array<std::string_view, 7> kSupportedArchitectures = {"llama",  "mistral", "qwen2",    "qwen3",
+                                                                     "gemma3", "phi3",    "deepseek2"};
 
 // Gemma 3's query_pre_attn_scalar is not in its GGUF files: it is head_dim for every size
 // but 27B (62 layers), whose 168 = dim / heads (5376 / 32), the rule llama.cpp applies too.
@@ -38,32 +40,9 @@ Result<int> read_dimension(const GgufFile& file, const std::string& arch, const 
   return static_cast<int>(*value);
 }
 
-}  // namespace
-
-std::string ModelConfig::attention_kind() const {
-  if (num_kv_heads == num_heads) return "MHA";
-  if (num_kv_heads == 1) return "MQA";
-  return "GQA";
-}
-
-Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& file) {
-  ModelConfig c;
-  KVLM_ASSIGN_OR_RETURN(c.architecture, file.get_string(names::kArchitecture));
-  bool supported = false;
-  for (std::string_view a : kSupportedArchitectures) supported |= (a == c.architecture);
-  if (!supported) {
-    return Status::errorf("{}: architecture '{}' is not supported (supported: llama, mistral, qwen2, qwen3, gemma3, phi3)", file.name(),
-                          c.architecture);
-  }
-  if (auto name = file.get_string(names::kName); name.ok()) c.name = *name;
+// Heads, RoPE and the per-architecture attention details of the llama-block architectures.
+Status read_attention(const GgufFile& file, ModelConfig& c) {
   const std::string& arch = c.architecture;
-
-  // Bounds keep later size arithmetic far from overflow while allowing every real model.
-  KVLM_ASSIGN_OR_RETURN(c.num_layers, read_dimension(file, arch, names::kBlockCount, 1024));
-  KVLM_ASSIGN_OR_RETURN(c.dim, read_dimension(file, arch, names::kEmbeddingLength, 1 << 16));
-  KVLM_ASSIGN_OR_RETURN(c.num_heads, read_dimension(file, arch, names::kHeadCount, 1024));
-  KVLM_ASSIGN_OR_RETURN(c.ffn_dim, read_dimension(file, arch, names::kFeedForwardLength, 1 << 20));
-  KVLM_ASSIGN_OR_RETURN(c.context_length, read_dimension(file, arch, names::kContextLength, 1 << 24));
   if (file.find(names::key(arch, names::kHeadCountKv)) != nullptr) {
     KVLM_ASSIGN_OR_RETURN(c.num_kv_heads, read_dimension(file, arch, names::kHeadCountKv, 1024));
   } else {
@@ -91,7 +70,6 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& file) {
   }
   if (c.head_dim % 2 != 0) return Status::errorf("{}: head dimension {} must be even for RoPE", file.name(), c.head_dim);
 
-  if (auto eps = file.get_float(names::key(arch, names::kRmsEps)); eps.ok()) c.rms_eps = static_cast<float>(*eps);
   int rotary_dim = c.head_dim;
   if (file.find(names::key(arch, names::kRopeDimensionCount)) != nullptr) {
     KVLM_ASSIGN_OR_RETURN(rotary_dim, read_dimension(file, arch, names::kRopeDimensionCount, c.head_dim));
@@ -140,6 +118,52 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& file) {
       }
       c.local_rope.freq_base = static_cast<float>(*b);
     }
+  }
+  return Status::ok_status();
+}
+
+}  // namespace
+
+const char* expert_gating_name(ExpertGating gating) {
+  return gating == ExpertGating::kSigmoid ? "sigmoid" : "softmax";
+}
+
+KvLayout ModelConfig::kv_layout(int block_size) const {
+  KvLayout layout{num_layers, num_kv_heads, head_dim, block_size};
+  if (is_mla()) layout.latent_value_dim = mla.kv_lora_rank;
+  return layout;
+}
+
+std::string ModelConfig::attention_kind() const {
+  if (is_mla()) return "MLA";
+  if (num_kv_heads == num_heads) return "MHA";
+  if (num_kv_heads == 1) return "MQA";
+  return "GQA";
+}
+
+Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& file) {
+  ModelConfig c;
+  KVLM_ASSIGN_OR_RETURN(c.architecture, file.get_string(names::kArchitecture));
+  bool supported = false;
+  for (std::string_view a : kSupportedArchitectures) supported |= (a == c.architecture);
+  if (!supported) {
+    return Status::errorf("{}: architecture '{}' is not supported (supported: llama, mistral, qwen2, qwen3, gemma3, phi3, deepseek2)", file.name(),
+                          c.architecture);
+  }
+  if (auto name = file.get_string(names::kName); name.ok()) c.name = *name;
+  const std::string& arch = c.architecture;
+
+  // Bounds keep later size arithmetic far from overflow while allowing every real model.
+  KVLM_ASSIGN_OR_RETURN(c.num_layers, read_dimension(file, arch, names::kBlockCount, 1024));
+  KVLM_ASSIGN_OR_RETURN(c.dim, read_dimension(file, arch, names::kEmbeddingLength, 1 << 16));
+  KVLM_ASSIGN_OR_RETURN(c.num_heads, read_dimension(file, arch, names::kHeadCount, 1024));
+  KVLM_ASSIGN_OR_RETURN(c.ffn_dim, read_dimension(file, arch, names::kFeedForwardLength, 1 << 20));
+  KVLM_ASSIGN_OR_RETURN(c.context_length, read_dimension(file, arch, names::kContextLength, 1 << 24));
+  if (auto eps = file.get_float(names::key(arch, names::kRmsEps)); eps.ok()) c.rms_eps = static_cast<float>(*eps);
+  if (arch == "deepseek2") {
+    KVLM_RETURN_IF_ERROR(read_deepseek2_config(file, c));
+  } else {
+    KVLM_RETURN_IF_ERROR(read_attention(file, c));
   }
   c.tied_output = file.find_tensor(names::kOutput) == nullptr;
 

@@ -62,7 +62,12 @@ GgmlType fit_rows(GgmlType type, int64_t cols) {
   return cols % ggml_type_traits(fallback).block_size == 0 ? fallback : GgmlType::kF32;
 }
 
-bool is_weight_matrix(const GgufTensorInfo& t) { return t.dims.size() == 2 && t.name.ends_with(".weight"); }
+// 2-D matrices and 3-D stacks of them (MoE experts, MLA's per-head attn_k_b / attn_v_b). A MoE
+// router (ffn_gate_inp) stays as it is: its top-k choices are what small errors would flip.
+bool is_weight_matrix(const GgufTensorInfo& t) {
+  return (t.dims.size() == 2 || t.dims.size() == 3) && t.name.ends_with(".weight") &&
+         !t.name.ends_with("ffn_gate_inp.weight");
+}
 
 }  // namespace
 
@@ -97,7 +102,7 @@ GgmlType quant_type_for(const QuantMix& mix, const TensorRole& t) {
     if ((m == "q4_k_m" || m == "q5_k_m") && use_more_bits(i, n)) type = GgmlType::kQ6_K;
     if (m == "q4_k_s" && i < 4) type = GgmlType::kQ5_K;
     if ((m == "iq4_xs" || m == "iq4_nl") && t.num_gqa >= 4) type = GgmlType::kQ5_K;
-  } else if (t.role == "ffn_down.weight") {
+  } else if (t.role == "ffn_down.weight" || t.role == "ffn_down_exps.weight" || t.role == "ffn_down_shexp.weight") {
     if (m == "q2_k") type = GgmlType::kQ3_K;
     if (m == "q3_k_m") type = i < n / 16 ? GgmlType::kQ5_K : GgmlType::kQ4_K;
     if (m == "q3_k_l") type = GgmlType::kQ5_K;
@@ -162,7 +167,9 @@ Status quantize_model(const QuantizeOptions& o) {
       role.role = t.name.substr(dot + 1);
     }
     const GgmlType type = quant_type_for(o.mix, role);
-    const int64_t rows = t.dims[1], cols = t.dims[0];
+    const int64_t cols = t.dims[0];
+    int64_t rows = t.dims[1];
+    if (t.dims.size() == 3) rows *= t.dims[2];
     const uint64_t in_row = ggml_row_bytes(t.type, cols), out_row = ggml_row_bytes(type, cols);
     const GgufTensorInfo* src = &t;
     ThreadPool* p = &pool;

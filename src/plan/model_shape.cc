@@ -266,6 +266,13 @@ ModelShape model_shape_from_config(const ModelConfig& c) {
   shape.v_head_dim = c.head_dim;
   shape.context_length = c.context_length;
   shape.sliding_window = c.sliding_window;
+  if (c.is_mla()) {  // the MHA-equivalent heads beside the latent the cache really holds
+    shape.num_kv_heads = c.num_heads;
+    shape.head_dim = c.mla.qk_head_dim();
+    shape.v_head_dim = c.mla.v_head_dim;
+    shape.kv_lora_rank = c.mla.kv_lora_rank;
+    shape.rope_head_dim = c.mla.qk_rope_dim;
+  }
   return shape;
 }
 

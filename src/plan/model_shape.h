@@ -14,7 +14,7 @@
 namespace kvlm {
 
 // Only what decides KV memory and weight memory. Deliberately not ModelConfig: the
-// planner must also describe models kvlm cannot run yet (deepseek2, 70B presets).
+// planner must also describe models kvlm cannot load (70B presets, shapes given by flags).
 struct ModelShape {
   std::string name;          // preset name, file name or "custom"
   std::string architecture;  // "llama", "deepseek2", ...

@@ -164,7 +164,7 @@ Status run_memory(const ModelConfig& mc, const ReportConfig& config, ReportData&
   const ModelShape shape = model_shape_from_config(mc);
   KVLM_ASSIGN_OR_RETURN(KvFootprint f16, kv_footprint(shape, KvType::kF16, KvType::kF16, CacheForm::kFull,
                                                       config.block_size));
-  const KvLayout layout{mc.num_layers, mc.num_kv_heads, mc.head_dim, config.block_size};
+  const KvLayout layout = mc.kv_layout(config.block_size);
   for (const ReportOption& option : config.options) {
     KVLM_ASSIGN_OR_RETURN(OptionTypes types, option_types(option));
     KVLM_ASSIGN_OR_RETURN(KvFootprint planned,
@@ -282,7 +282,7 @@ Status run_sink_probe(LlamaModel& model, ThreadPool& pool, std::span<const Token
     say(progress, fmt::format("attention sinks: queries {}-{}", begin, end));
     const int bs = config.block_size;
     const int num_blocks = (end + bs - 1) / bs;
-    const KvLayout layout{mc.num_layers, mc.num_kv_heads, mc.head_dim, bs};
+    const KvLayout layout = mc.kv_layout(bs);
     KVLM_ASSIGN_OR_RETURN(std::unique_ptr<KvStorage> storage,
                           KvStorage::create(layout, KvType::kF32, KvType::kF32, num_blocks, {}));
     KvCacheManager cache(num_blocks, bs);

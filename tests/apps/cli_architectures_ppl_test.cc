@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "support/llama_perplexity.h"
 #include "support/subprocess.h"
 #include "support/test_paths.h"
 
@@ -22,24 +23,20 @@ namespace fs = std::filesystem;
 using testing::kvlm_binary;
 using testing::run_command;
 
+constexpr int kWindows = 8;
+constexpr int kContext = 128;
+
 struct ArchCase {
   std::string name;
   std::string synth_flags;
+  double tolerance = 1e-4;  // relative; F32 weights
+  // Q8_0 files: the engines quantize activations at different points (kvlm's absorbed MLA multiplies
+  // the query by W_UK_hᵀ in f32), and a perplexity on one text moves by ~0.1% with any last-bit
+  // change, so they are compared over 8k tokens.
+  int windows = kWindows;
 };
 
 void PrintTo(const ArchCase& c, std::ostream* os) { *os << c.name; }
-
-// The running perplexity after `num_windows` windows ("[8]4194.3138,"): llama-perplexity runs
-// two windows more than that, since its last log lines are the ones an exit may lose.
-std::optional<double> llama_ppl(const std::string& output, int num_windows) {
-  std::smatch m;
-  const std::regex window("\\[" + std::to_string(num_windows) + R"(\]([0-9.]+))");
-  if (std::regex_search(output, m, window)) return std::stod(m[1].str());
-  return std::nullopt;
-}
-
-constexpr int kWindows = 8;
-constexpr int kContext = 128;
 
 struct Figures {
   double kvlm = 0;
@@ -54,23 +51,19 @@ Figures measure(const ArchCase& c, const fs::path& perplexity, const fs::path& t
   EXPECT_EQ(s.exit_code, 0) << s.err;
   Figures f;
   const auto k = run_command(fmt::format("{} eval ppl -m {} -f {} -c {} --max-chunks {} --json", kvlm_binary(), model,
-                                         text.string(), kContext, kWindows));
+                                         text.string(), kContext, c.windows));
   EXPECT_EQ(k.exit_code, 0) << k.err;
   if (k.exit_code == 0) f.kvlm = nlohmann::json::parse(k.out).at("ppl").get<double>();
-  // llama.cpp logs from a thread of its own that exit may cut short (under load, most runs lose
-  // their last lines though they exit 0): two extra windows, and the figure is deterministic, so
-  // run again when even that was lost.
-  std::optional<double> ppl;
-  testing::CommandResult l;
-  for (int attempt = 0; attempt < 4 && !ppl; ++attempt) {
-    l = run_command(fmt::format("LD_LIBRARY_PATH={} {} -m {} -f {} -c {} --chunks {} -t 2 -ctk f32 -ctv f32 -fa off",
-                                perplexity.parent_path().string(), perplexity.string(), model, text.string(), kContext,
-                                kWindows + 2));
-    EXPECT_EQ(l.exit_code, 0) << l.err;
-    ppl = llama_ppl(l.out + l.err, kWindows);
-  }
-  EXPECT_TRUE(ppl.has_value()) << l.out << l.err;
-  if (ppl) f.llama = *ppl;
+  testing::LlamaPerplexityArgs args;
+  args.binary = perplexity;
+  args.model = model;
+  args.text = text;
+  args.context = kContext;
+  args.num_windows = c.windows;
+  const testing::LlamaPerplexityRun l = testing::run_llama_perplexity(args);
+  EXPECT_EQ(l.exit_code, 0) << l.output;
+  EXPECT_TRUE(l.ppl.has_value()) << l.output;
+  if (l.ppl) f.llama = *l.ppl;
   return f;
 }
 
@@ -82,7 +75,8 @@ TEST_P(ArchitecturePerplexity, MatchesLlamaPerplexity) {
   KVLM_REQUIRE_SHARED(text, "tinystories_valid_head.txt");
   const Figures f = measure(GetParam(), *perplexity, text);
   ASSERT_GT(f.llama, 0.0);
-  EXPECT_LE(std::fabs(f.kvlm - f.llama) / f.llama, 1e-4) << "kvlm " << f.kvlm << " llama.cpp " << f.llama;
+  EXPECT_LE(std::fabs(f.kvlm - f.llama) / f.llama, GetParam().tolerance)
+      << "kvlm " << f.kvlm << " llama.cpp " << f.llama;
 }
 
 // Past the 64-token original context the scaled files state, so every rule is exercised.
@@ -107,8 +101,45 @@ INSTANTIATE_TEST_SUITE_P(
                       ArchCase{"gemma3_mqa_7_layers", "--preset gemma3-tiny --layers 7 --kv-heads 1 --swa-period 4"},
                       // phi3: fused q/k/v and gate/up; a stated window that neither engine applies.
                       ArchCase{"phi3", "--preset phi3-tiny"},
-                      ArchCase{"phi3_gqa_window", "--preset phi3-tiny --kv-heads 2 --sliding-window 5"}),
+                      ArchCase{"phi3_gqa_window", "--preset phi3-tiny --kv-heads 2 --sliding-window 5"},
+                      // deepseek2: MLA over the latent cache (plain attn_q and the q bottleneck, attn_kv_b
+                      // and the split attn_k_b/attn_v_b), dense and MoE FFNs with softmax and sigmoid
+                      // gating (bias, renormalised, scaled), YaRN with DeepSeek's mscale; Q8_0 to 0.15%.
+                      ArchCase{"deepseek2", "--preset deepseek2-tiny"},
+                      ArchCase{"deepseek2_qlora", "--preset deepseek2-tiny-qlora"},
+                      ArchCase{"deepseek2_moe", "--preset deepseek2-tiny-moe"},
+                      ArchCase{"deepseek2_moe_sigmoid", "--preset deepseek2-tiny-moe-sigmoid"},
+                      ArchCase{"deepseek2_split", "--preset deepseek2-tiny-split"},
+                      ArchCase{"deepseek2_yarn", "--preset deepseek2-tiny-yarn"},
+                      ArchCase{"deepseek2_split_q8_0", "--preset deepseek2-tiny-split --type q8_0", 1.5e-3, 64},
+                      ArchCase{"deepseek2_split_sigmoid_q8_0",
+                               "--preset deepseek2-tiny-moe-sigmoid --mla-layout split --type q8_0", 1.5e-3, 64}),
     [](const auto& info) { return info.param.name; });
+
+// Q8_0 files with the combined attn_kv_b: llama.cpp expands keys and values from the latent through
+// the quantized matrix (quantizing the latent as its input), kvlm folds W_UK_h into the query in
+// f32 and applies W_UV_h to the attention's mix. The two land on different sides of the F32
+// perplexity (measured over 8k tokens: kvlm -0.15% / -0.03% from F32, llama.cpp -0.31% / -0.35%),
+// so they are 0.16% / 0.32% apart, beyond the 0.15% the split files meet. What is asserted: kvlm
+// within 0.15% of the same weights' F32 perplexity (llama.cpp's figure for the F32 file), and at
+// least as close to it as llama.cpp's own Q8_0 figure.
+TEST(ArchitecturePerplexityDeepseek2, CombinedKvBQ8_0IsAsCloseToF32AsLlamaCpp) {
+  const auto perplexity = testing::shared_anchor("llama.cpp/llama-perplexity");
+  if (!perplexity) GTEST_SKIP() << "shared/anchors/llama.cpp/llama-perplexity not found (set KVLM_SHARED)";
+  KVLM_REQUIRE_SHARED(text, "tinystories_valid_head.txt");
+  for (const std::string preset : {"deepseek2-tiny-moe", "deepseek2-tiny-moe-sigmoid"}) {
+    const Figures f32 = measure(ArchCase{preset + "_f32", "--preset " + preset, 1e-4, 64}, *perplexity, text);
+    const Figures q8 = measure(ArchCase{preset + "_q8_0", "--preset " + preset + " --type q8_0", 0, 64}, *perplexity, text);
+    ASSERT_GT(f32.llama, 0.0);
+    ASSERT_GT(q8.llama, 0.0);
+    EXPECT_LE(std::fabs(f32.kvlm - f32.llama) / f32.llama, 1e-4) << preset;
+    const double kvlm_error = std::fabs(q8.kvlm - f32.llama) / f32.llama;
+    const double llama_error = std::fabs(q8.llama - f32.llama) / f32.llama;
+    EXPECT_LE(kvlm_error, 1.5e-3) << preset << ": kvlm Q8_0 " << q8.kvlm << ", F32 " << f32.llama;
+    EXPECT_LE(kvlm_error, llama_error) << preset << ": kvlm Q8_0 " << q8.kvlm << ", llama.cpp Q8_0 " << q8.llama
+                                       << ", F32 " << f32.llama;
+  }
+}
 
 // Today's silent error, fixed: a model with rope_freqs.weight gives llama.cpp's perplexity, not
 // the perplexity of the same weights without the tensor.

@@ -36,6 +36,31 @@ TEST(KvlmQuantize, Q4KMFileLoadsAndGenerates) {
   EXPECT_NE(i.out.find("runs in kvlm     yes"), std::string::npos) << i.out;
 }
 
+// deepseek2: the 3-D expert stacks and MLA's attn_k_b / attn_v_b are quantized like matrices
+// (ffn_down_exps as ffn_down); the router stays F32. The file loads and runs.
+TEST(KvlmQuantize, Deepseek2ExpertsAreQuantizedAndTheRouterIsNot) {
+  const fs::path dir = testing::scratch_dir("kvlm_quantize_deepseek2");
+  const std::string f32 = (dir / "f32.gguf").string();
+  const std::string q8 = (dir / "q8.gguf").string();
+  ASSERT_EQ(run_command(fmt::format("{} synth -o {} --preset deepseek2-tiny-split --leading-dense-layers 1", kvlm_binary(), f32)).exit_code, 0);
+  const auto k = run_command(fmt::format("{} quantize {} {} --type q8_0", kvlm_binary(), f32, q8));
+  ASSERT_EQ(k.exit_code, 0) << k.err;
+  const auto i = run_command(fmt::format("{} inspect {} --tensors", kvlm_binary(), q8));
+  ASSERT_EQ(i.exit_code, 0) << i.err;
+  for (const char* name : {"blk.1.ffn_gate_exps.weight", "blk.1.ffn_down_exps.weight", "blk.1.attn_k_b.weight",
+                           "blk.1.attn_v_b.weight", "blk.1.ffn_up_shexp.weight"}) {
+    const size_t at = i.out.find(name);
+    ASSERT_NE(at, std::string::npos) << name << "\n" << i.out;
+    EXPECT_NE(i.out.substr(at, i.out.find('\n', at) - at).find("q8_0"), std::string::npos) << name;
+  }
+  const size_t router = i.out.find("blk.1.ffn_gate_inp.weight");
+  ASSERT_NE(router, std::string::npos);
+  EXPECT_NE(i.out.substr(router, i.out.find('\n', router) - router).find("f32"), std::string::npos);
+  const auto r = run_command(fmt::format("{} run -m {} -p \"Once upon\" -n 8 --temp 0 --json", kvlm_binary(), q8));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out).at("stats").at("generated_tokens").get<int>(), 8) << r.out;
+}
+
 TEST(KvlmQuantize, BadInputIsAnError) {
   const fs::path dir = testing::scratch_dir("kvlm_quantize_bad");
   const std::string f32 = (dir / "f32.gguf").string();
