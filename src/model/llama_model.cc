@@ -177,7 +177,7 @@ void LlamaModel::forward_batch(std::span<const SequenceStep> steps, KvStorage& c
   }
 
   // Per token, the attention's output: heads × head_dim, or MLA's heads × latent mixes.
-  const int64_t att_stride = static_cast<int64_t>(c.num_heads) * (c.is_mla() ? c.mla.kv_lora_rank : c.head_dim);
+  const int64_t att_stride = static_cast<int64_t>(c.num_heads) * expected.value_dim();
   for (int l = 0; l < c.num_layers; ++l) {
     const LlamaLayerWeights& w = weights_.layers[static_cast<size_t>(l)];
     rms_norm_rows(x_, w.attn_norm, xn_);

@@ -34,6 +34,16 @@ double gelu_tanh_ref(double x) {
   return 0.5 * x * (1.0 + std::tanh(kSqrt2OverPi * (x + 0.044715 * x * x * x)));
 }
 
+// The dense FFN: down(act(gate xn) * up xn), act SiLU or (gemma) GELU-tanh.
+std::vector<double> dense_ffn_ref(const LlamaLayerWeights& L, const std::vector<double>& xn, int64_t n, bool gelu) {
+  std::vector<double> gate = matmul_ref(L.w_gate, xn, n);
+  const std::vector<double> up = matmul_ref(L.w_up, xn, n);
+  for (size_t i = 0; i < gate.size(); ++i) {
+    gate[i] = (gelu ? gelu_tanh_ref(gate[i]) : gate[i] / (1.0 + std::exp(-gate[i]))) * up[i];
+  }
+  return matmul_ref(L.w_down, gate, n);
+}
+
 void add_bias_ref(std::vector<double>& x, const std::vector<float>& bias) {
   if (bias.empty()) return;
   for (size_t i = 0; i < x.size(); ++i) x[i] += bias[i % bias.size()];
@@ -89,10 +99,7 @@ std::vector<double> reference_logits(const ModelConfig& c, const LlamaWeights& w
       if (c.moe.is_moe_layer(static_cast<int>(layer))) {
         down = reference_internal::moe_ffn_ref(c, L, xn, n);
       } else {
-        std::vector<double> gate = matmul_ref(L.w_gate, xn, n);
-        const std::vector<double> up = matmul_ref(L.w_up, xn, n);
-        for (size_t i = 0; i < gate.size(); ++i) gate[i] = gate[i] / (1.0 + std::exp(-gate[i])) * up[i];
-        down = matmul_ref(L.w_down, gate, n);
+        down = dense_ffn_ref(L, xn, n, false);
       }
       for (size_t i = 0; i < x.size(); ++i) x[i] += down[i];
       continue;
@@ -153,12 +160,7 @@ std::vector<double> reference_logits(const ModelConfig& c, const LlamaWeights& w
     if (gemma3) o = rms_norm_ref(o, L.post_attn_norm, n, c.rms_eps);
     for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
     xn = rms_norm_ref(x, L.ffn_norm, n, c.rms_eps);
-    std::vector<double> gate = matmul_ref(L.w_gate, xn, n);
-    const std::vector<double> up = matmul_ref(L.w_up, xn, n);
-    for (size_t i = 0; i < gate.size(); ++i) {
-      gate[i] = (gemma3 ? gelu_tanh_ref(gate[i]) : gate[i] / (1.0 + std::exp(-gate[i]))) * up[i];
-    }
-    std::vector<double> down = matmul_ref(L.w_down, gate, n);
+    std::vector<double> down = dense_ffn_ref(L, xn, n, gemma3);
     if (gemma3) down = rms_norm_ref(down, L.post_ffn_norm, n, c.rms_eps);
     for (size_t i = 0; i < x.size(); ++i) x[i] += down[i];
   }
