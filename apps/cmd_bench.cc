@@ -11,10 +11,13 @@
 
 #include "cli_error.h"
 #include "commands.h"
+#include "core/page_cache.h"
 #include "eval/machine_probe.h"
 #include "eval/speed_bench.h"
 #include "kv/kv_type.h"
 #include "kv_flags.h"
+#include "mla_flag.h"
+#include "startup_report.h"
 #include "model/llama_model.h"
 
 namespace kvlm::cli {
@@ -36,7 +39,8 @@ struct BenchFlags {
   bool json = false;
   bool probe_only = false;  // --probe: measure the machine, no model
   bool no_probe = false;    // --no-probe: no bandwidth probe before the tests (no % BW column)
-  std::string mla = "absorbed";  // deepseek2: absorbed or expanded attention
+  MlaFlag mla;
+  bool cold = false;  // drop the file from the page cache before loading
 };
 
 nlohmann::json row_json(const SpeedBenchRow& row) {
@@ -154,17 +158,15 @@ void run_bench(const BenchFlags& f, const BenchFlagsGiven& given) {
   }
   options.seed = f.seed;
 
+  if (f.cold) throw_if_error(drop_from_page_cache(f.model));
   auto model = value_or_throw(LlamaModel::load(f.model));
-  if (f.mla != "absorbed" && f.mla != "expanded") {
-    throw CliError(fmt::format("--mla '{}' is not one of: absorbed, expanded", f.mla));
-  }
-  if (f.mla == "expanded") {
-    if (!model->config().is_mla()) throw CliError(fmt::format("--mla expanded: {} is not an MLA model", f.model));
-    model->set_mla_mode(MlaMode::kExpanded);
-  }
+  f.mla.apply(*model, f.model);
   // Checked before the thread pool starts so bad flags fail at once.
   throw_if_error(validate_speed_bench_options(options, model->config()));
   ThreadPool pool(resolve_threads(f.threads));
+  // The first forward after load, before anything else touches the weights.
+  const FirstToken first = time_first_token(*model, pool, f.prompt_tokens > 0 ? f.prompt_tokens : 1,
+                                            options.codecs.front().k_type, options.codecs.front().v_type, f.seed);
   // The roofline: this machine's bandwidth on the same threads, measured before the tests.
   std::optional<BandwidthProbe> bandwidth;
   if (!f.no_probe) bandwidth = value_or_throw(probe_bandwidth(pool));
@@ -180,7 +182,7 @@ void run_bench(const BenchFlags& f, const BenchFlagsGiven& given) {
         {"model_bytes", r.model_bytes},
         {"num_params", r.num_params},
         {"backend", r.backend},
-        {"mla", model->config().is_mla() ? nlohmann::json(f.mla) : nlohmann::json(nullptr)},
+        {"mla", model->config().is_mla() ? nlohmann::json(f.mla.mode) : nlohmann::json(nullptr)},
         {"threads", r.threads},
         {"machine", r.machine},
         {"block_size", r.block_size},
@@ -191,6 +193,11 @@ void run_bench(const BenchFlags& f, const BenchFlagsGiven& given) {
         {"weight_bytes_per_token", r.weight_bytes_per_token},
         {"blocks_in_use_at_end", r.blocks_in_use_at_end},
         {"bandwidth", bandwidth ? probe_json(*bandwidth) : nlohmann::json(nullptr)},
+        {"startup",
+         {{"cold", f.cold},
+          {"load", load_json(model->load_stats())},
+          {"first_token_prompt_tokens", first.prompt_tokens},
+          {"first_token_seconds", first.seconds}}},
         {"rows", rows},
     };
     std::printf("%s\n", j.dump(2).c_str());
@@ -213,6 +220,9 @@ void run_bench(const BenchFlags& f, const BenchFlagsGiven& given) {
               "tokens read; seed %llu, block size %d\n",
               static_cast<double>(r.weight_bytes_per_token) / 1e6, kv_bytes.c_str(),
               static_cast<unsigned long long>(r.seed), r.block_size);
+  std::printf("start-up%s: %s; first token %.3f s after it (%d prompt tokens, greedy, before any warm-up)\n",
+              f.cold ? " (--cold: the file dropped from the page cache)" : "", describe_load(model->load_stats()).c_str(),
+              first.seconds, first.prompt_tokens);
   if (options.codecs.size() > 1) {
     std::printf("repetitions interleaved across the %zu codecs; t/s is mean ± sd, --json adds each median and sample\n",
                 options.codecs.size());
@@ -241,16 +251,16 @@ CLI::App* add_bench_command(CLI::App& app) {
           ->capture_default_str();
   cmd->add_option("--seed", flags->seed, "seed of the random token ids")->capture_default_str();
   cmd->add_flag("--no-warmup", flags->no_warmup, "skip the untimed warm-up run of each test");
+  cmd->add_flag("--cold", flags->cold,
+                "drop the model file from the page cache before loading (posix_fadvise; no root needed), so the "
+                "start-up line shows a cold load and first token");
   const CLI::Option* fill =
       cmd->add_option("--fill", flags->fill,
                       "how the depth is filled: model (run the model, like llama-bench) or random-kv (write random "
                       "K/V directly: same attention cost, no model time)")
           ->capture_default_str();
   cmd->add_flag("--json", flags->json, "print one JSON object with every row and number");
-  cmd->add_option("--mla", flags->mla,
-                  "MLA models: absorbed (queries through W_UK, the latent read once) or expanded (every head's K/V "
-                  "from the latents, every step)")
-      ->capture_default_str();
+  flags->mla.add_to(cmd);
   cmd->add_flag("--probe", flags->probe_only,
                 "measure this machine alone: STREAM-triad memory bandwidth and the Q8_0 matmul's throughput, on -t "
                 "threads (no model)");

@@ -18,6 +18,7 @@
 #include "eviction_flags.h"
 #include "kv/kv_type.h"
 #include "kv_flags.h"
+#include "mla_flag.h"
 #include "model/llama_model.h"
 #include "planner_check.h"
 #include "text_file.h"
@@ -32,6 +33,7 @@ struct PplFlags {
   int ctx = 512;
   KvTypeFlags kv;
   EvictionFlags evict;
+  MlaFlag mla;
   int block_size = 16;
   int threads = 0;
   int max_chunks = 0;
@@ -56,6 +58,11 @@ void run_ppl(const PplFlags& f, bool prefill_chunk_given) {
   }
   const std::string text = read_text_file(f.text);
   auto model = value_or_throw(LlamaModel::load(f.model));
+  f.mla.apply(*model, f.model);
+  if (evicting && model->config().is_mla() && f.mla.mode == "expanded") {
+    throw CliError(fmt::format("--mla expanded attends over every cached token: it cannot run --policy {}",
+                               eviction_policy_name(eviction.policy)));
+  }
   const Tokenizer& tok = model->tokenizer();
   print_model_warnings(*model);
   const std::vector<TokenId> tokens = tok.encode(text, tok.add_bos());
@@ -203,6 +210,7 @@ CLI::App* add_eval_command(CLI::App& app) {
   cmd->add_option("--ctx,-c", flags->ctx, "tokens per window")->capture_default_str();
   flags->kv.add_to(cmd);
   flags->evict.add_to(cmd);
+  flags->mla.add_to(cmd);
   cmd->add_option("--block-size", flags->block_size, "tokens per KV block")->capture_default_str();
   cmd->add_option("--threads,-t", flags->threads, "threads (default: all cores)");
   cmd->add_option("--max-chunks", flags->max_chunks, "evaluate at most this many windows; 0 = all")

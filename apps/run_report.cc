@@ -5,6 +5,7 @@
 #include "evict/evicting_sequence.h"
 #include "model/llama_model.h"
 #include "planner_check.h"
+#include "startup_report.h"
 
 namespace kvlm::cli {
 namespace {
@@ -30,6 +31,8 @@ std::string format_stats(const GenerationResult& r, const LlamaModel& model, con
                      c.architecture, c.attention_kind(), c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim);
   out += fmt::format("tokens           {} prompt + {} generated, {} threads\n", s.prompt_tokens, s.generated_tokens,
                      s.threads);
+  out += fmt::format("start-up         {}; first token {:.3f} s after it\n", describe_load(model.load_stats()),
+                     s.prefill_seconds);
   out += fmt::format("prefill          {:.1f} tokens/s ({:.3f} s)\n", s.prefill_tokens_per_second(), s.prefill_seconds);
   out += fmt::format("decode           {:.1f} tokens/s ({:.3f} s)\n", s.decode_tokens_per_second(), s.decode_seconds);
   out += fmt::format("K/V projections  {} computed with the cache, {} by recomputation ({:.1f}x)\n",
@@ -78,6 +81,8 @@ nlohmann::json stats_to_json(const GenerationResult& r, const LlamaModel& model,
       {"prompt_tokens", s.prompt_tokens},
       {"generated_tokens", s.generated_tokens},
       {"threads", s.threads},
+      {"load", load_json(model.load_stats())},
+      {"first_token_seconds", s.prefill_seconds},
       {"prefill_seconds", s.prefill_seconds},
       {"decode_seconds", s.decode_seconds},
       {"prefill_tokens_per_second", s.prefill_tokens_per_second()},

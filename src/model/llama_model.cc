@@ -1,15 +1,18 @@
 #include "model/llama_model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 
 #include "attention/paged_attention.h"
 #include "core/check.h"
+#include "core/page_cache.h"
 #include "gguf/gguf_file.h"
 #include "kv/kv_storage.h"
 #include "model/mla_attention.h"
 #include "model/moe_ffn.h"
+#include "model/scratch_vector.h"
 #include "model/tokenizer_gguf.h"
 #include "ops/elementwise.h"
 
@@ -32,19 +35,42 @@ void add_into(float* x, const float* y, int64_t n) {
 
 LlamaModel::~LlamaModel() = default;
 
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
 Result<std::unique_ptr<LlamaModel>> LlamaModel::load(const std::string& path) {
+  const auto start = std::chrono::steady_clock::now();
+  // Measured before the mapping: open() reads the header and metadata pages itself.
+  const Result<uint64_t> resident = page_cache_resident_bytes(path);
   KVLM_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::open(path));
-  return from_file(std::move(file));
+  KVLM_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, from_file(std::move(file)));
+  model->load_stats_.resident_bytes_before = resident.ok() ? *resident : 0;
+  model->load_stats_.copied_bytes = model->weights_.copied_bytes();
+  model->load_stats_.seconds = seconds_since(start);
+  return model;
 }
 
 Result<std::unique_ptr<LlamaModel>> LlamaModel::load_from_bytes(std::vector<uint8_t> bytes, std::string name) {
+  const auto start = std::chrono::steady_clock::now();
   KVLM_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::from_bytes(std::move(bytes), std::move(name)));
-  return from_file(std::move(file));
+  KVLM_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, from_file(std::move(file)));
+  // The bytes are already in memory, and kvlm's own copy of them.
+  model->load_stats_.resident_bytes_before = model->file_->file_size();
+  model->load_stats_.copied_bytes = model->file_->file_size() + model->weights_.copied_bytes();
+  model->load_stats_.mapped = false;
+  model->load_stats_.seconds = seconds_since(start);
+  return model;
 }
 
 Result<std::unique_ptr<LlamaModel>> LlamaModel::from_file(std::unique_ptr<GgufFile> file) {
   std::unique_ptr<LlamaModel> model(new LlamaModel());
   model->file_ = std::move(file);
+  model->load_stats_.file_bytes = model->file_->file_size();
   const std::string& name = model->file_->name();
   KVLM_ASSIGN_OR_RETURN(model->config_, ModelConfig::from_gguf(*model->file_));
   KVLM_ASSIGN_OR_RETURN(model->weights_, LlamaWeights::bind(*model->file_, model->config_));
@@ -135,8 +161,6 @@ void LlamaModel::forward_batch(std::span<const SequenceStep> steps, KvStorage& c
   att_.resize(q_.size());
   k_.resize(static_cast<size_t>(n * c.kv_dim()));
   v_.resize(k_.size());
-  gate_.resize(static_cast<size_t>(n * c.ffn_dim));
-  up_.resize(gate_.size());
 
   {
     int64_t t = 0;
@@ -205,7 +229,7 @@ void LlamaModel::forward_batch(std::span<const SequenceStep> steps, KvStorage& c
     if (c.moe.is_moe_layer(l)) {
       moe_ffn(c, w, xn_.data(), n, pool, moe_, proj_.data());
     } else {
-      dense_ffn(w, n, pool);
+      gated_ffn(w.w_gate, w.w_up, w.w_down, c.ffn_activation, xn_.data(), n, pool, ffn_, proj_.data());
     }
     if (c.has_post_norms) rms_norm_rows(proj_, w.post_ffn_norm, proj_);
     add_into(x_.data(), proj_.data(), n * c.dim);
@@ -326,9 +350,7 @@ void LlamaModel::attend_expanded(int l, std::span<const SequenceStep> steps, KvS
   const MlaConfig& m = c.mla;
   int64_t total = 0;
   for (const SequenceStep& step : steps) total += static_cast<int64_t>(step.tokens.size());
-  if (mla_.heads.size() < static_cast<size_t>(total * c.num_heads * m.v_head_dim)) {
-    mla_.heads.resize(static_cast<size_t>(total * c.num_heads * m.v_head_dim));
-  }
+  grow_scratch(mla_.heads, total * c.num_heads * m.v_head_dim);
   int64_t first = 0;
   for (const SequenceStep& step : steps) {
     const int64_t len = static_cast<int64_t>(step.tokens.size());
@@ -343,22 +365,6 @@ void LlamaModel::attend_expanded(int l, std::span<const SequenceStep> steps, KvS
                            mla_expanded_, mla_.heads.data() + first * c.num_heads * m.v_head_dim);
     first += len;
   }
-}
-
-// proj_ = the dense FFN of xn_.
-void LlamaModel::dense_ffn(const LlamaLayerWeights& w, int64_t n, ThreadPool& pool) {
-  const ModelConfig& c = config_;
-  matmul(w.w_gate, xn_.data(), gate_.data(), n, pool);
-  matmul(w.w_up, xn_.data(), up_.data(), n, pool);
-  if (c.ffn_activation == FfnActivation::kGeluTanh) {
-    pool.parallel_for(n, 4, [&](int64_t begin, int64_t end) {
-      const size_t at = static_cast<size_t>(begin * c.ffn_dim);
-      gelu_tanh_mul(&gate_[at], &up_[at], &gate_[at], (end - begin) * c.ffn_dim);
-    });
-  } else {
-    silu_mul(gate_.data(), up_.data(), gate_.data(), n * c.ffn_dim);
-  }
-  matmul(w.w_down, gate_.data(), proj_.data(), n, pool);
 }
 
 }  // namespace kvlm

@@ -10,6 +10,7 @@
 #include "core/ids.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "model/gated_ffn.h"
 #include "model/llama_weights.h"
 #include "model/mla_attention.h"
 #include "model/mla_expanded.h"
@@ -61,6 +62,16 @@ struct SequenceStep {
   std::span<const int32_t> local_first_tokens;  // [num_new] or empty
 };
 
+// What loading took: kvlm maps the file and uses its matrices in place, so on a cold page cache
+// the time moves to the first forward, which faults the weights in.
+struct ModelLoadStats {
+  double seconds = 0;                  // map, validate, bind, build the tokenizer
+  uint64_t file_bytes = 0;
+  uint64_t resident_bytes_before = 0;  // of the file, in the page cache when loading began
+  uint64_t copied_bytes = 0;           // held in kvlm's memory (LlamaWeights::copied_bytes, or all of an in-memory file)
+  bool mapped = true;                  // false: loaded from bytes in memory (the embedded model)
+};
+
 class LlamaModel {
  public:
   // Maps the file, reads the config, binds the weights and builds the tokenizer.
@@ -74,6 +85,7 @@ class LlamaModel {
   const LlamaWeights& weights() const { return weights_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const GgufFile& file() const { return *file_; }
+  const ModelLoadStats& load_stats() const { return load_stats_; }
 
   // Runs the step: writes the new tokens' K/V into `cache` (layout must match the model) and
   // returns their logits in `logits` ([rows, vocab], resized). Not thread-safe: one step at a time.
@@ -103,9 +115,9 @@ class LlamaModel {
   void project_qkv(int layer, int64_t n, bool any_sink_queries, ThreadPool& pool);
   void attend(int layer, std::span<const SequenceStep> steps, int64_t att_stride, KvStorage& cache, ThreadPool& pool);
   void attend_expanded(int layer, std::span<const SequenceStep> steps, KvStorage& cache, ThreadPool& pool);
-  void dense_ffn(const LlamaLayerWeights& w, int64_t n, ThreadPool& pool);
 
   std::unique_ptr<GgufFile> file_;
+  ModelLoadStats load_stats_;
   ModelConfig config_;
   LlamaWeights weights_;
   std::unique_ptr<Tokenizer> tokenizer_;
@@ -120,8 +132,7 @@ class LlamaModel {
   std::vector<float> v_;        // [n, kv_dim]
   std::vector<float> att_;      // [n, q_dim]
   std::vector<float> proj_;     // [n, dim]
-  std::vector<float> gate_;     // [n, ffn_dim]
-  std::vector<float> up_;       // [n, ffn_dim]
+  GatedFfnScratch ffn_;
   MlaMode mla_mode_ = MlaMode::kAbsorbed;
   MlaScratch mla_;
   MlaExpandedScratch mla_expanded_;

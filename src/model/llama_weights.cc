@@ -90,4 +90,16 @@ uint64_t LlamaWeights::decode_weight_bytes() const {
   return total;
 }
 
+uint64_t LlamaWeights::copied_bytes() const {
+  uint64_t floats = output_norm.size();
+  for (const std::vector<float>& d : derived) floats += d.size();
+  for (const LlamaLayerWeights& l : layers) {
+    for (const std::vector<float>* v : {&l.attn_norm, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.post_attn_norm,
+                                        &l.ffn_norm, &l.post_ffn_norm, &l.q_a_norm, &l.kv_a_norm, &l.expert_bias}) {
+      floats += v->size();
+    }
+  }
+  return floats * sizeof(float);
+}
+
 }  // namespace kvlm

@@ -73,6 +73,9 @@ struct LlamaWeights {
   // Bytes of weights one decode step streams (every matrix once, the embedding row aside; of a
   // MoE layer's routed experts, the used ones' share).
   uint64_t decode_weight_bytes() const;
+  // Bytes of weights kvlm holds in its own memory instead of using the file's in place: the f32
+  // norms and biases, and the derived matrices. Every matrix of the file is a view.
+  uint64_t copied_bytes() const;
 };
 
 }  // namespace kvlm

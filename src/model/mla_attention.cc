@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "model/scratch_vector.h"
 #include "ops/elementwise.h"
 #include "ops/matmul.h"
 
@@ -15,10 +16,6 @@ void gather_columns(const float* src, int64_t src_stride, int64_t offset, int64_
 
 void scatter_columns(const float* src, int64_t cols, int64_t n, float* dst, int64_t dst_stride, int64_t offset) {
   for (int64_t t = 0; t < n; ++t) std::copy_n(src + t * cols, cols, dst + t * dst_stride + offset);
-}
-
-void grow(std::vector<float>& v, size_t size) {
-  if (v.size() < size) v.resize(size);
 }
 
 }  // namespace
@@ -39,9 +36,9 @@ void mla_cache_rows(const ModelConfig& c, const LlamaLayerWeights& w, const floa
 void mla_queries(const ModelConfig& c, const LlamaLayerWeights& w, const float* xn, int64_t n, ThreadPool& pool,
                  MlaScratch& s) {
   const MlaConfig& m = c.mla;
-  grow(s.q, static_cast<size_t>(n * c.num_heads * m.qk_head_dim()));
+  grow_scratch(s.q, n * c.num_heads * m.qk_head_dim());
   if (m.q_lora_rank > 0) {
-    grow(s.q_lora, static_cast<size_t>(n * m.q_lora_rank));
+    grow_scratch(s.q_lora, n * m.q_lora_rank);
     matmul(w.wq_a, xn, s.q_lora.data(), n, pool);
     for (int64_t t = 0; t < n; ++t) {
       float* r = s.q_lora.data() + t * m.q_lora_rank;
@@ -62,8 +59,8 @@ void mla_absorbed_queries(const ModelConfig& c, const LlamaLayerWeights& w, cons
   const int64_t heads = c.num_heads;
   mla_queries(c, w, xn, n, pool, s);
   // The nope part of each head through W_UK_hᵀ: one matmul per head over all tokens.
-  grow(s.gather, static_cast<size_t>(n * m.qk_nope_dim));
-  grow(s.result, static_cast<size_t>(n * m.kv_lora_rank));
+  grow_scratch(s.gather, n * m.qk_nope_dim);
+  grow_scratch(s.result, n * m.kv_lora_rank);
   for (int64_t h = 0; h < heads; ++h) {
     gather_columns(s.q.data(), heads * qk, h * qk, m.qk_nope_dim, n, s.gather.data());
     matmul(w.uk_t[static_cast<size_t>(h)], s.gather.data(), s.result.data(), n, pool);
@@ -92,9 +89,9 @@ void mla_output(const ModelConfig& c, const LlamaLayerWeights& w, const float* m
                 MlaScratch& s, float* out) {
   const MlaConfig& m = c.mla;
   const int64_t heads = c.num_heads;
-  grow(s.gather, static_cast<size_t>(n * m.kv_lora_rank));
-  grow(s.result, static_cast<size_t>(n * m.v_head_dim));
-  grow(s.heads, static_cast<size_t>(n * heads * m.v_head_dim));
+  grow_scratch(s.gather, n * m.kv_lora_rank);
+  grow_scratch(s.result, n * m.v_head_dim);
+  grow_scratch(s.heads, n * heads * m.v_head_dim);
   for (int64_t h = 0; h < heads; ++h) {
     gather_columns(mix, heads * m.kv_lora_rank, h * m.kv_lora_rank, m.kv_lora_rank, n, s.gather.data());
     matmul(w.uv[static_cast<size_t>(h)], s.gather.data(), s.result.data(), n, pool);

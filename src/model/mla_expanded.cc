@@ -5,15 +5,12 @@
 
 #include "core/check.h"
 #include "kv/kv_storage.h"
+#include "model/scratch_vector.h"
 #include "ops/elementwise.h"
 #include "ops/matmul.h"
 
 namespace kvlm {
 namespace {
-
-void grow(std::vector<float>& v, size_t size) {
-  if (v.size() < size) v.resize(size);
-}
 
 // attn_kv_b of a layer, as a matrix: the file's, or one stacked in f32 from attn_k_b / attn_v_b.
 WeightMatrix up_projection(const ModelConfig& c, const LlamaLayerWeights& w, int layer, MlaExpandedScratch& s) {
@@ -52,10 +49,10 @@ void mla_expanded_attention(const ModelConfig& c, const LlamaLayerWeights& w, co
   const int64_t vd = m.v_head_dim, r = m.kv_lora_rank, qk = nope + rope, per_head = nope + vd;
   const int bs = cache.layout().block_size;
   KVLM_CHECK(num_queries >= 1 && num_queries <= num_context, "{} queries over {} tokens", num_queries, num_context);
-  grow(s.latents, static_cast<size_t>(ctx * r));
-  grow(s.k_rope, static_cast<size_t>(ctx * rope));
-  grow(s.kv, static_cast<size_t>(ctx * heads * per_head));
-  grow(s.row, static_cast<size_t>(r + rope));
+  grow_scratch(s.latents, ctx * r);
+  grow_scratch(s.k_rope, ctx * rope);
+  grow_scratch(s.kv, ctx * heads * per_head);
+  grow_scratch(s.row, r + rope);
   // The rows as the cache decodes them (any codec), split into latents and RoPE keys.
   for (int64_t t = 0; t < ctx; ++t) {
     cache.read_token(layer, BlockId{block_table[static_cast<size_t>(t / bs)]}, static_cast<int>(t % bs), s.row.data(),

@@ -5,29 +5,12 @@
 #include <numeric>
 
 #include "core/check.h"
+#include "model/gated_ffn.h"
+#include "model/scratch_vector.h"
 #include "ops/elementwise.h"
 #include "ops/matmul.h"
 
 namespace kvlm {
-namespace {
-
-void grow(std::vector<float>& v, size_t size) {
-  if (v.size() < size) v.resize(size);
-}
-
-// y = down(silu(gate x) * up x) for m rows of x.
-void swiglu(const WeightMatrix& gate, const WeightMatrix& up, const WeightMatrix& down, const float* x, int64_t m,
-            ThreadPool& pool, MoeScratch& s, float* y) {
-  const size_t hidden = static_cast<size_t>(m * gate.rows);
-  grow(s.gate, hidden);
-  grow(s.up, hidden);
-  matmul(gate, x, s.gate.data(), m, pool);
-  matmul(up, x, s.up.data(), m, pool);
-  silu_mul(s.gate.data(), s.up.data(), s.gate.data(), static_cast<int64_t>(hidden));
-  matmul(down, s.gate.data(), y, m, pool);
-}
-
-}  // namespace
 
 void route_token(const MoeConfig& moe, std::span<const float> logits, std::span<const float> bias,
                  std::vector<ExpertChoice>& out) {
@@ -90,7 +73,7 @@ void moe_ffn(const ModelConfig& c, const LlamaLayerWeights& w, const float* xn, 
              MoeScratch& s, float* out) {
   const MoeConfig& moe = c.moe;
   const int64_t dim = c.dim;
-  grow(s.logits, static_cast<size_t>(n * moe.num_experts));
+  grow_scratch(s.logits, n * moe.num_experts);
   matmul(w.router, xn, s.logits.data(), n, pool);
   if (s.choices.size() < static_cast<size_t>(n)) s.choices.resize(static_cast<size_t>(n));
   pool.parallel_for(n, 4, [&](int64_t begin, int64_t end) {
@@ -102,7 +85,7 @@ void moe_ffn(const ModelConfig& c, const LlamaLayerWeights& w, const float* xn, 
 
   // The shared experts see every token: their output starts the sum.
   if (moe.num_shared_experts > 0) {
-    swiglu(w.shared_gate, w.shared_up, w.shared_down, xn, n, pool, s, out);
+    gated_ffn(w.shared_gate, w.shared_up, w.shared_down, c.ffn_activation, xn, n, pool, s.ffn, out);
   } else {
     std::fill_n(out, n * dim, 0.0f);
   }
@@ -119,11 +102,12 @@ void moe_ffn(const ModelConfig& c, const LlamaLayerWeights& w, const float* xn, 
     }
     if (s.tokens.empty()) continue;
     const int64_t m = static_cast<int64_t>(s.tokens.size());
-    grow(s.x, static_cast<size_t>(m * dim));
-    grow(s.y, static_cast<size_t>(m * dim));
+    grow_scratch(s.x, m * dim);
+    grow_scratch(s.y, m * dim);
     for (int64_t i = 0; i < m; ++i) std::copy_n(xn + s.tokens[static_cast<size_t>(i)] * dim, dim, s.x.data() + i * dim);
     const size_t ei = static_cast<size_t>(e);
-    swiglu(w.exp_gate[ei], w.exp_up[ei], w.exp_down[ei], s.x.data(), m, pool, s, s.y.data());
+    gated_ffn(w.exp_gate[ei], w.exp_up[ei], w.exp_down[ei], c.ffn_activation, s.x.data(), m, pool, s.ffn,
+              s.y.data());
     for (int64_t i = 0; i < m; ++i) {
       float* dst = out + s.tokens[static_cast<size_t>(i)] * dim;
       const float* src = s.y.data() + i * dim;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "model/gated_ffn.h"
 #include "model/llama_weights.h"
 #include "model/model_config.h"
 
@@ -32,7 +33,7 @@ struct MoeScratch {
   std::vector<int64_t> tokens;             // one expert's tokens
   std::vector<float> weights;              // their weights
   std::vector<float> x;                    // [m, dim] their inputs
-  std::vector<float> gate, up;             // [m, ffn]
+  GatedFfnScratch ffn;                     // [m, ffn] twice
   std::vector<float> y;                    // [m, dim]
 };
 

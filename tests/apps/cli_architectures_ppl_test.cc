@@ -34,6 +34,7 @@ struct ArchCase {
   // the query by W_UK_hᵀ in f32), and a perplexity on one text moves by ~0.1% with any last-bit
   // change, so they are compared over 8k tokens.
   int windows = kWindows;
+  std::string eval_flags;  // added to kvlm eval ppl's
 };
 
 void PrintTo(const ArchCase& c, std::ostream* os) { *os << c.name; }
@@ -50,8 +51,8 @@ Figures measure(const ArchCase& c, const fs::path& perplexity, const fs::path& t
   const auto s = run_command(kvlm_binary() + " synth -o " + model + " " + c.synth_flags + " --seed 7");
   EXPECT_EQ(s.exit_code, 0) << s.err;
   Figures f;
-  const auto k = run_command(fmt::format("{} eval ppl -m {} -f {} -c {} --max-chunks {} --json", kvlm_binary(), model,
-                                         text.string(), kContext, c.windows));
+  const auto k = run_command(fmt::format("{} eval ppl -m {} -f {} -c {} --max-chunks {} --json {}", kvlm_binary(),
+                                         model, text.string(), kContext, c.windows, c.eval_flags));
   EXPECT_EQ(k.exit_code, 0) << k.err;
   if (k.exit_code == 0) f.kvlm = nlohmann::json::parse(k.out).at("ppl").get<double>();
   testing::LlamaPerplexityArgs args;
@@ -113,16 +114,22 @@ INSTANTIATE_TEST_SUITE_P(
                       ArchCase{"deepseek2_yarn", "--preset deepseek2-tiny-yarn"},
                       ArchCase{"deepseek2_split_q8_0", "--preset deepseek2-tiny-split --type q8_0", 1.5e-3, 64},
                       ArchCase{"deepseek2_split_sigmoid_q8_0",
-                               "--preset deepseek2-tiny-moe-sigmoid --mla-layout split --type q8_0", 1.5e-3, 64}),
+                               "--preset deepseek2-tiny-moe-sigmoid --mla-layout split --type q8_0", 1.5e-3, 64},
+                      // The combined attn_kv_b: see CombinedKvBQ8_0IsAsCloseToF32AsLlamaCpp for why 32k tokens.
+                      ArchCase{"deepseek2_kv_b_q8_0", "--preset deepseek2-tiny-moe --type q8_0", 1.5e-3, 256},
+                      ArchCase{"deepseek2_kv_b_sigmoid_q8_0", "--preset deepseek2-tiny-moe-sigmoid --type q8_0", 1.5e-3,
+                               256}),
     [](const auto& info) { return info.param.name; });
 
 // Q8_0 files with the combined attn_kv_b: llama.cpp expands keys and values from the latent through
 // the quantized matrix (quantizing the latent as its input), kvlm folds W_UK_h into the query in
-// f32 and applies W_UV_h to the attention's mix. The two land on different sides of the F32
-// perplexity (measured over 8k tokens: kvlm -0.15% / -0.03% from F32, llama.cpp -0.31% / -0.35%),
-// so they are 0.16% / 0.32% apart, beyond the 0.15% the split files meet. What is asserted: kvlm
-// within 0.15% of the same weights' F32 perplexity (llama.cpp's figure for the F32 file), and at
-// least as close to it as llama.cpp's own Q8_0 figure.
+// f32 and applies W_UV_h to the attention's mix. Their rounding differs, and on these random tiny
+// MoE models a perplexity over 8k tokens moves by ~0.1% with any last-bit change (a different
+// prefill chunk alone moved kvlm's by 0.03-0.08%): over 8k tokens the two were 0.16% / 0.32%
+// apart (softmax / sigmoid), over 32k 0.02% / 0.08%, over the whole 586k-token text 0.06%
+// (sigmoid: kvlm 3382.37, llama.cpp 3380.40, F32 3389.60). So the agreement cases above run 32k
+// tokens; this one checks that kvlm's absorbed form is at least as close to the F32 weights'
+// perplexity as llama.cpp's expanded one (it was 2x and 12x closer over 8k tokens).
 TEST(ArchitecturePerplexityDeepseek2, CombinedKvBQ8_0IsAsCloseToF32AsLlamaCpp) {
   const auto perplexity = testing::shared_anchor("llama.cpp/llama-perplexity");
   if (!perplexity) GTEST_SKIP() << "shared/anchors/llama.cpp/llama-perplexity not found (set KVLM_SHARED)";

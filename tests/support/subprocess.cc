@@ -7,6 +7,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <gtest/gtest.h>
+
 #include "support/test_paths.h"
 
 namespace kvlm::testing {
@@ -33,5 +35,12 @@ CommandResult run_command(const std::string& command) {
 }
 
 std::string kvlm_binary() { return std::string(KVLM_BINARY_DIR) + "/kvlm"; }
+
+std::string synthesize_model(const std::string& test, const std::string& flags) {
+  const std::string model = (scratch_dir(test) / "model.gguf").string();
+  const CommandResult r = run_command(kvlm_binary() + " synth -o " + model + " " + flags);
+  EXPECT_EQ(r.exit_code, 0) << "kvlm synth " << flags << ": " << r.err;
+  return model;
+}
 
 }  // namespace kvlm::testing

@@ -17,4 +17,8 @@ CommandResult run_command(const std::string& command);
 // The kvlm binary of this build.
 std::string kvlm_binary();
 
+// `kvlm synth -o <scratch_dir(test)>/model.gguf <flags>`; returns the file's path (a gtest failure
+// with synth's stderr when it did not succeed).
+std::string synthesize_model(const std::string& test, const std::string& flags);
+
 }  // namespace kvlm::testing
