@@ -43,6 +43,9 @@ struct ServeFlags {
   int threads = 0;
   int http_threads = 0;
   int max_n = 16;
+  int max_tokens = 1 << 20;
+  int max_prompt_tokens = 0;
+  int max_streams = 0;
   bool no_prefix_cache = false;
   bool log_prompts = false;
   bool quiet = false;
@@ -83,6 +86,11 @@ void check_flags(const ServeFlags& f, bool pool_memory_given, bool pool_blocks_g
   if (f.request_timeout < 0) throw CliError(fmt::format("--request-timeout {} must be >= 0 (0 = none)", f.request_timeout));
   if (f.shutdown_timeout < 0) throw CliError(fmt::format("--shutdown-timeout {} must be >= 0", f.shutdown_timeout));
   if (f.max_n < 1 || f.max_n > 128) throw CliError(fmt::format("--max-n {} must be in [1, 128]", f.max_n));
+  if (f.max_tokens < 1) throw CliError(fmt::format("--max-tokens {} must be >= 1", f.max_tokens));
+  if (f.max_prompt_tokens < 0) {
+    throw CliError(fmt::format("--max-prompt-tokens {} must be >= 0 (0 = the model's context)", f.max_prompt_tokens));
+  }
+  if (f.max_streams < 0) throw CliError(fmt::format("--max-streams {} must be >= 0 (0 = no own cap)", f.max_streams));
   if (f.http_threads < 0) throw CliError(fmt::format("--http-threads {} must be >= 0", f.http_threads));
 }
 
@@ -114,7 +122,10 @@ void run(const ServeFlags& f, bool pool_memory_given, bool pool_blocks_given) {
   options.request_timeout_seconds = f.request_timeout;
   options.http_threads = f.http_threads > 0 ? f.http_threads : f.max_seqs + f.max_queue + 16;
   options.log_prompts = f.log_prompts;
+  options.max_streams = f.max_streams;
   options.limits.max_n = f.max_n;
+  options.limits.max_tokens = f.max_tokens;
+  options.limits.max_prompt_tokens = f.max_prompt_tokens;
   options.model_name = !f.alias.empty() ? f.alias
                        : f.model.empty() ? std::string("stories260K")
                                          : std::filesystem::path(f.model).stem().string();
@@ -206,6 +217,14 @@ CLI::App* add_serve_command(CLI::App& app) {
   cmd->add_option("--max-queue", flags->max_queue, "requests waiting beyond --max-seqs before 429")->capture_default_str();
   cmd->add_option("--max-body", flags->max_body, "largest request body (413 beyond)")->capture_default_str();
   cmd->add_option("--max-n", flags->max_n, "largest 'n' (parallel samples) a request may ask")->capture_default_str();
+  cmd->add_option("--max-tokens", flags->max_tokens, "largest 'max_tokens' a request may ask (400 beyond)")
+      ->capture_default_str();
+  cmd->add_option("--max-prompt-tokens", flags->max_prompt_tokens,
+                  "longest prompt in tokens (400 beyond; 0 = the model's context)")
+      ->capture_default_str();
+  cmd->add_option("--max-streams", flags->max_streams,
+                  "streaming responses at once (429 beyond; 0 = only --max-queue bounds them)")
+      ->capture_default_str();
   cmd->add_option("--request-timeout", flags->request_timeout, "seconds a request may run (0 = none)")
       ->capture_default_str();
   cmd->add_option("--shutdown-timeout", flags->shutdown_timeout,

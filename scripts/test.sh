@@ -1,15 +1,51 @@
 #!/usr/bin/env bash
-# Runs the whole test suite: the Release build's tests, then the unit tests again under
-# AddressSanitizer + UndefinedBehaviorSanitizer. Shared models are found via KVLM_SHARED or ../shared.
+# Runs the whole test suite, in stages: the Release build's tests (all of them); the tests again
+# under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan, without the slow tests); the
+# engine and server concurrency tests under ThreadSanitizer (build-tsan); and, once
+# scripts/fuzz.sh exists, a short fuzz smoke run. Each sanitized tree builds only what it runs.
+# Prints the seconds each stage took at the end, also when a stage fails.
+# Shared models are found via KVLM_SHARED or ../shared.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs="$(nproc)"
 
-scripts/setup.sh
-ctest --test-dir build --output-on-failure -j"$jobs"
+timings=()
+print_timings() {
+  echo "== stage timings (s)"
+  printf '%s\n' "${timings[@]}"
+}
+trap print_timings EXIT
+stage() {  # stage NAME COMMAND...
+  local name="$1" start=$SECONDS
+  shift
+  echo "== $name"
+  "$@"
+  timings+=("$(printf '%-16s %6d' "$name" $((SECONDS - start)))")
+}
 
-# Sanitizers: a separate build so the Release binaries stay fast.
-cmake -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVLM_SANITIZE=ON
-cmake --build build-asan -j"$jobs"
-ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+stage setup scripts/setup.sh
+stage release-tests ctest --test-dir build --output-on-failure -j"$jobs"
+
+# ASan + UBSan: the unit and integration tests (label `slow` is not built here). -O1 with line
+# tables (see CMakeLists.txt) and no bench or slow-test binary keep this build short.
+stage asan-build bash -c "cmake -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVLM_SANITIZE=ON \
+  -DKVLM_BUILD_SLOW_TESTS=OFF -DKVLM_BUILD_BENCH=OFF >/dev/null && cmake --build build-asan -j$jobs"
+stage asan-tests env ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j"$jobs" -LE slow
+
+# ThreadSanitizer: the engine's threads tests and the server's tests, which drive them from many
+# threads (submission and cancellation at once, clients leaving mid-stream). Any report fails the
+# test; each runs three times, for more interleavings. scripts/tsan.supp says what is suppressed.
+stage tsan-build bash -c "cmake -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVLM_TSAN=ON >/dev/null \
+  && cmake --build build-tsan -j$jobs --target kvlm_engine_tests kvlm_server_tests"
+stage tsan-tests env TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp" \
+  ctest --test-dir build-tsan --output-on-failure -j"$jobs" -L 'engine|server' --repeat until-fail:3
+
+# Fuzz smoke (issue 16): every fuzz target for 10 s from its corpus. Opt-in (KVLM_FUZZ_SMOKE=1)
+# until it fits the CI budget: it needs its own clang tree (build-fuzz), ~14 CPU-minutes to build
+# on 2 cores; sharing the ASan stage's libraries with it (building that stage with clang) is the
+# plan. The regression corpus itself is replayed by kvlm_fuzz_replay_tests in both runs above.
+if [ "${KVLM_FUZZ_SMOKE:-0}" = 1 ]; then
+  stage fuzz-smoke scripts/fuzz.sh --smoke 10
+fi

@@ -14,6 +14,11 @@ namespace kvlm::chat {
 // Any string or list a template builds is capped at this size, so doubling tricks cannot
 // exhaust memory; the rendered output has the same cap.
 inline constexpr size_t kMaxJinjaValueBytes = size_t{16} << 20;
+// Lists and dicts nested deeper than this are refused where a template stores a value (set) and
+// in the render context: every walk over a value (printing, ==, tojson, destruction) recurses
+// once per level, and a loop of `set x = [x]` would otherwise nest until the stack overflows.
+// Real chat contexts (tool schemas included) stay within a few dozen levels.
+inline constexpr int kMaxJinjaValueDepth = 256;
 // jinja2's sandbox refuses range() longer than this (MAX_RANGE).
 inline constexpr int64_t kMaxJinjaRange = 100000;
 

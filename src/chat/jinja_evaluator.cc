@@ -133,10 +133,18 @@ class Evaluator {
 
   // Binds `value` to the statement's targets (names, a tuple of names, or ns.attr).
   Status assign(const Stmt& s, const JinjaValue& value, const ScopePtr& scope) {
+    if (value.depth() > kMaxJinjaValueDepth) {
+      return at(s.offset, Status::errorf("a value the template builds is nested deeper than {} levels",
+                                         kMaxJinjaValueDepth));
+    }
     if (!s.attribute.empty()) {
       const JinjaValue* ns = scope->lookup(s.name);
       if (!ns || !ns->is_namespace()) {
         return at(s.offset, Status::error("TemplateRuntimeError: cannot assign attribute on non-namespace object"));
+      }
+      // Refused so that no namespace can come to hold itself (a cycle every walk would follow forever).
+      if (value.holds_namespace()) {
+        return at(s.offset, Status::error("a namespace attribute cannot hold a namespace"));
       }
       JinjaDict& items = ns->namespace_items();
       for (auto& [k, v] : items) {

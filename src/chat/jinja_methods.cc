@@ -218,7 +218,9 @@ Result<JinjaValue> builtin_namespace(JinjaCallArgs& args, bool as_namespace) {
     for (const auto& entry : p.as_dict()) items.push_back(entry);
   }
   for (const auto& [k, v] : args.keywords) {
-    auto it = std::find_if(items.begin(), items.end(), [&](const auto& e) { return e.first == k; });
+    // A named copy for the lambda: clang 14 cannot capture a structured binding.
+    const auto& key = k;
+    auto it = std::find_if(items.begin(), items.end(), [&](const auto& e) { return e.first == key; });
     if (it != items.end()) {
       it->second = v;
     } else {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <type_traits>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -45,9 +46,26 @@ JinjaValue JinjaValue::string(std::string s) {
   v.s_ = std::make_shared<const std::string>(std::move(s));
   return v;
 }
+template <typename Items>
+void JinjaValue::note_children(const Items& items) {
+  int deepest = 0;
+  for (const auto& item : items) {
+    const JinjaValue* child = nullptr;
+    if constexpr (std::is_same_v<Items, JinjaDict>) {
+      child = &item.second;
+    } else {
+      child = &item;
+    }
+    deepest = std::max(deepest, child->depth_);
+    holds_namespace_ = holds_namespace_ || child->holds_namespace_;
+  }
+  depth_ = deepest + 1;
+}
+
 JinjaValue JinjaValue::list(JinjaList items) {
   JinjaValue v;
   v.kind_ = Kind::kList;
+  v.note_children(items);
   v.list_ = std::make_shared<const JinjaList>(std::move(items));
   return v;
 }
@@ -59,12 +77,14 @@ JinjaValue JinjaValue::tuple(JinjaList items) {
 JinjaValue JinjaValue::dict(JinjaDict items) {
   JinjaValue v;
   v.kind_ = Kind::kDict;
+  v.note_children(items);
   v.dict_ = std::make_shared<JinjaDict>(std::move(items));
   return v;
 }
 JinjaValue JinjaValue::make_namespace(JinjaDict items) {
   JinjaValue v = dict(std::move(items));
   v.kind_ = Kind::kNamespace;
+  v.holds_namespace_ = true;
   return v;
 }
 JinjaValue JinjaValue::function(std::string name, JinjaFunction fn) {

@@ -64,6 +64,12 @@ class JinjaValue {
   const JinjaDict& as_dict() const { return *dict_; }  // dict or namespace
   JinjaDict& namespace_items() const { return *dict_; }  // namespaces are shared and mutable
   const JinjaFunction& as_function() const { return *fn_; }
+  // Containers nested inside this value as it was built (0 for a scalar, 1 for [1, 2]). A
+  // namespace's attributes may change later, but they never hold a namespace (the evaluator
+  // refuses it: that is how a namespace could hold itself), so the true depth stays within this
+  // plus one attribute value's, which the evaluator caps.
+  int depth() const { return depth_; }
+  bool holds_namespace() const { return holds_namespace_; }  // is one or contains one
   const std::string& function_name() const { return *s_; }
   const std::string& undefined_hint() const { return *s_; }
 
@@ -87,6 +93,11 @@ class JinjaValue {
   std::shared_ptr<const JinjaList> list_;
   std::shared_ptr<JinjaDict> dict_;        // mutable only through namespace_items()
   std::shared_ptr<const JinjaFunction> fn_;
+  int depth_ = 0;
+  bool holds_namespace_ = false;
+
+  template <typename Items>
+  void note_children(const Items& items);
 };
 
 // str(x) as jinja2 prints it: strings raw, undefined "", True/False/None, Python float repr,

@@ -554,10 +554,13 @@ bool Engine::step() {
                                         "engine's thread steps)");
   bool worked = false;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    worked = !(submitted_.empty() && cancelled_.empty() && running_.empty() && waiting_.empty());
+    std::lock_guard<std::mutex> step_lock(step_mutex_);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      worked = !(submitted_.empty() && cancelled_.empty() && running_.empty() && waiting_.empty());
+    }
+    if (worked) schedule_and_run();
   }
-  if (worked) schedule_and_run();
   stepping_ = false;
   return worked;
 }
@@ -594,6 +597,7 @@ void Engine::stop() {
     work_.notify_all();
     thread_.join();
   }
+  std::lock_guard<std::mutex> step_lock(step_mutex_);
   take_submissions();
   for (auto& r : running_) finish(*r, FinishReason::kCancelled);
   for (auto& r : waiting_) finish(*r, FinishReason::kCancelled);
@@ -608,6 +612,7 @@ EngineMetrics Engine::metrics() const {
 }
 
 int Engine::leaked_blocks() const {
+  std::lock_guard<std::mutex> step_lock(step_mutex_);
   std::unordered_set<int32_t> held;
   for (const auto& r : running_) {
     if (!r->sequence) continue;

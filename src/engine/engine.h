@@ -95,7 +95,8 @@ class Engine {
   // The blocks a request of `total_tokens` (prompt + output) needs under `eviction`.
   int blocks_for_request(const EvictionOptions& eviction, int64_t total_tokens) const;
   // Every block free or cached-free with ref count 0 when no request is in flight: the count
-  // of blocks held by nobody's request that are not back (must be 0).
+  // of blocks held by nobody's request that are not back (must be 0). Safe from any thread
+  // while the engine runs: it waits for the step in progress.
   int leaked_blocks() const;
 
  private:
@@ -122,7 +123,9 @@ class Engine {
   KvCacheManager cache_;
   std::string cache_identity_;
 
-  // Owned by the stepping thread.
+  // Owned by the stepping thread. step_mutex_ is held through each step (and stop()'s clean-up),
+  // so another thread may read this state and the cache between steps (leaked_blocks()).
+  mutable std::mutex step_mutex_;
   std::vector<std::unique_ptr<EngineRequest>> running_;  // admission order
   std::deque<std::unique_ptr<EngineRequest>> waiting_;   // preempted ones at the front
   uint64_t next_admission_ = 0;

@@ -107,7 +107,20 @@ Status GgufParser::parse_header() {
     return Status::errorf("header: metadata_kv_count {} and tensor_count {} cannot both fit in the {} bytes left",
                           kv_count_, tensor_count_, left);
   }
+  if (kv_count_ > kGgufLimits.max_metadata_kv) {
+    return Status::errorf("header: metadata_kv_count: {} is over the limit of {} (GgufLimits::max_metadata_kv)",
+                          kv_count_, kGgufLimits.max_metadata_kv);
+  }
+  if (tensor_count_ > kGgufLimits.max_tensors) {
+    return Status::errorf("header: tensor_count: {} is over the limit of {} (GgufLimits::max_tensors)", tensor_count_,
+                          kGgufLimits.max_tensors);
+  }
   return Status();
+}
+
+Status GgufParser::check_size(const char* what, uint64_t size, uint64_t limit, const char* limit_name) {
+  if (size <= limit) return Status();
+  return Status::errorf("{} of {} bytes is over the limit of {} bytes (GgufLimits::{})", what, size, limit, limit_name);
 }
 
 Status GgufParser::count_values(uint64_t n) {
@@ -126,6 +139,8 @@ Status GgufParser::parse_metadata() {
     GgufKeyValue kv;
     KVLM_RETURN_IF_ERROR(cursor_.read_string(&kv.key).with_context(fmt::format("metadata key #{}", i)));
     if (kv.key.empty()) return Status::errorf("metadata key #{}: the key is empty", i);
+    KVLM_RETURN_IF_ERROR(check_size("the key", kv.key.size(), kGgufLimits.max_key_bytes, "max_key_bytes")
+                             .with_context(fmt::format("metadata key #{}", i)));
     const std::string field = fmt::format("metadata key {}", printable_name(kv.key));
     if (auto [it, inserted] = seen.emplace(kv.key, i); !inserted) {
       return Status::errorf("{}: duplicate key (metadata keys #{} and #{})", field, it->second, i);
@@ -223,6 +238,7 @@ Status GgufParser::parse_value(GgufType type, int depth, GgufValue* out) {
     case GgufType::kString: {
       std::string s;
       KVLM_RETURN_IF_ERROR(cursor_.read_string(&s));
+      KVLM_RETURN_IF_ERROR(check_size("a string", s.size(), kGgufLimits.max_string_bytes, "max_string_bytes"));
       *out = GgufValue::make_string(std::move(s));
       return Status();
     }
@@ -266,6 +282,8 @@ Status GgufParser::parse_tensor_infos() {
     GgufTensorInfo t;
     KVLM_RETURN_IF_ERROR(cursor_.read_string(&t.name).with_context(fmt::format("tensor {} name", i)));
     if (t.name.empty()) return Status::errorf("tensor {} name: the name is empty", i);
+    KVLM_RETURN_IF_ERROR(check_size("the name", t.name.size(), kGgufLimits.max_key_bytes, "max_key_bytes")
+                             .with_context(fmt::format("tensor {} name", i)));
     const std::string field = fmt::format("tensor {} {}", i, printable_name(t.name));
     if (auto [it, inserted] = seen.emplace(t.name, i); !inserted) {
       return Status::errorf("{}: duplicate tensor name (tensors {} and {})", field, it->second, i);

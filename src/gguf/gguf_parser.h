@@ -8,6 +8,7 @@
 #include "core/status.h"
 #include "gguf/byte_cursor.h"
 #include "gguf/gguf_file.h"
+#include "gguf/gguf_limits.h"
 #include "gguf/gguf_value.h"
 
 namespace kvlm {
@@ -17,13 +18,11 @@ namespace kvlm {
 // Tensor data is not read, only located: it must lie inside the file, aligned, without overlaps.
 class GgufParser {
  public:
-  // Limits that real files stay far below; they bound memory and recursion for corrupt ones.
-  static constexpr uint32_t kMaxDims = 8;
-  static constexpr int kMaxArrayDepth = 8;                  // levels of arrays inside arrays
-  // All values and array elements together. Real vocabularies need under 1M (a 256k vocab with
-  // scores and types is ~770k); 4M bounds what a hostile file can make us allocate (~370 MB).
-  static constexpr uint64_t kMaxMetadataValues = 1ull << 22;
-  static constexpr uint64_t kMaxAlignment = 1ull << 30;
+  // Limits that real files stay far below (see gguf/gguf_limits.h).
+  static constexpr uint32_t kMaxDims = kGgufLimits.max_dims;
+  static constexpr int kMaxArrayDepth = kGgufLimits.max_array_depth;
+  static constexpr uint64_t kMaxMetadataValues = kGgufLimits.max_metadata_values;
+  static constexpr uint64_t kMaxAlignment = kGgufLimits.max_alignment;
   // Smallest encodings, used to reject counts that cannot fit in the remaining bytes.
   static constexpr uint64_t kMinKeyValueBytes = 8 + 4 + 1;                // key length, type, 1-byte value
   static constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 8 + 4 + 8;  // name length, n_dims, 1 dim, type, offset
@@ -43,6 +42,8 @@ class GgufParser {
   Status parse_value(GgufType type, int depth, GgufValue* out);
   Status parse_array(int depth, GgufValue* out);
   Status count_values(uint64_t n);
+  // `what` of `size` bytes against `limit` (named `limit_name` in the error).
+  static Status check_size(const char* what, uint64_t size, uint64_t limit, const char* limit_name);
   Status apply_alignment(const GgufValue& value);
 
   GgufFile& file_;

@@ -31,6 +31,7 @@ struct ServerOptions {
   std::string api_key;             // "" = no authentication
   std::string model_name;          // the id /v1/models lists and requests may name
   int max_queue = 256;             // requests waiting beyond the engine's running batch
+  int max_streams = 0;             // streaming responses at once (429 beyond); 0: only max_queue bounds them
   size_t max_body_bytes = 8u << 20;
   double request_timeout_seconds = 600;  // 0 = none
   int http_threads = 0;            // 0: enough for max_seqs + max_queue streams
@@ -75,6 +76,7 @@ class ApiServer {
   std::thread listener_;
   std::atomic<State> state_{State::kLoading};
   std::atomic<int> in_flight_{0};
+  std::atomic<int> streams_{0};          // streaming responses open now (options_.max_streams)
   Engine* engine_ = nullptr;             // set once by attach(), before state_ becomes kReady
   std::unique_ptr<chat::ChatFormat> chat_format_;  // null: see chat_unavailable_
   std::string chat_unavailable_;

@@ -22,7 +22,8 @@ namespace {
 // How often a waiting handler looks for a disconnected client: well under one engine step.
 constexpr std::chrono::milliseconds kPollInterval{10};
 
-// Holds one unit of ApiServer::in_flight_ per choice for as long as the response runs.
+// Holds `n` units of a server counter (in_flight_: one per choice; streams_: one per stream) for
+// as long as the response runs.
 class InFlight {
  public:
   InFlight(std::atomic<int>& counter, int n) : counter_(counter), n_(n) { counter_ += n_; }
@@ -137,6 +138,12 @@ void handle_generation(ApiServer& server, Endpoint endpoint, const httplib::Requ
                           "messages", "chat_template_error");
   }
   PreparedPrompt prompt = prepare_prompt(r, tok, server.chat_format_.get());
+  const int max_prompt_tokens = server.options_.limits.max_prompt_tokens;
+  if (max_prompt_tokens > 0 && static_cast<int>(prompt.tokens.size()) > max_prompt_tokens) {
+    throw invalid_request(fmt::format("the prompt has {} tokens; this server allows at most {} (--max-prompt-tokens)",
+                                      prompt.tokens.size(), max_prompt_tokens),
+                          endpoint == Endpoint::kChat ? "messages" : "prompt", "context_length_exceeded");
+  }
   const int max_tokens = resolve_max_tokens(r, static_cast<int>(prompt.tokens.size()), engine);
 
   // Admission control: beyond the running batch and the queue, ask the client to come back.
@@ -159,6 +166,16 @@ void handle_generation(ApiServer& server, Endpoint endpoint, const httplib::Requ
     throw ApiError(429, fmt::format("the server is at capacity ({} requests running or queued); retry shortly",
                                     eo.max_seqs + server.options_.max_queue),
                    "rate_limit_error", "", "queue_full");
+  }
+  std::shared_ptr<InFlight> stream_slot;
+  if (r.stream) {
+    stream_slot = std::make_shared<InFlight>(server.streams_, 1);
+    const int max_streams = server.options_.max_streams;
+    if (max_streams > 0 && server.streams_.load() > max_streams) {
+      throw ApiError(429, fmt::format("the server is streaming {} responses, its limit (--max-streams); retry shortly",
+                                      max_streams),
+                     "rate_limit_error", "", "too_many_streams");
+    }
   }
   auto session = std::make_shared<GenerationSession>(engine, std::move(options), r.n, r.logprobs);
   Status started = session->start();
@@ -289,9 +306,10 @@ void handle_generation(ApiServer& server, Endpoint endpoint, const httplib::Requ
     return true;
   };
   // The releaser runs however the response ends, so a request never outlives its client.
-  auto releaser = [session, in_flight](bool) mutable {
+  auto releaser = [session, in_flight, stream_slot](bool) mutable {
     session->cancel();
     in_flight.reset();
+    stream_slot.reset();
   };
   res.status = 200;
   if (stream) {

@@ -45,6 +45,16 @@ int64_t read_int(const json& value, const std::string& param, int64_t lo, int64_
   return v;
 }
 
+// A value the server caps (RequestLimits): over the cap, the error names the limit and its flag.
+int64_t read_capped(const json& value, const std::string& param, int64_t lo, int64_t cap, const char* flag) {
+  const int64_t v = read_int(value, param, lo, std::numeric_limits<int64_t>::max());
+  if (v > cap) {
+    throw invalid_request(fmt::format("'{}' is {}; this server allows at most {} ({})", param, v, cap, flag), param,
+                          "limit_exceeded");
+  }
+  return v;
+}
+
 double read_number(const json& value, const std::string& param, double lo, double hi) {
   if (!value.is_number()) wrong_type(param, "a number");
   const double v = value.get<double>();
@@ -204,11 +214,21 @@ void read_kv_extension(const json& kv, CompletionRequest& r) {
 
 }  // namespace
 
+// Deeper bodies are refused while parsing: copying or printing a JSON value recurses once per
+// level, so 100,000 nested brackets (200 KB, well under the body limit) would overflow the stack.
+// Tool schemas, the deepest part of a real request, nest a few dozen levels.
+constexpr int kMaxJsonDepth = 128;
+
 json parse_json_body(const std::string& body) {
   json parsed;
   try {
-    parsed = json::parse(body);
-  } catch (const json::parse_error& e) {  // its message carries the byte position
+    parsed = json::parse(body, [](int depth, json::parse_event_t, json&) {
+      if (depth > kMaxJsonDepth) {
+        throw invalid_request(fmt::format("the body nests JSON more than {} levels deep", kMaxJsonDepth));
+      }
+      return true;
+    });
+  } catch (const json::exception& e) {  // parse_error (with the byte position) or out_of_range (a number too large)
     throw invalid_request(fmt::format("the body is not valid JSON ({})", e.what()));
   }
   if (!parsed.is_object()) throw invalid_request("the body must be a JSON object");
@@ -237,7 +257,9 @@ CompletionRequest parse_completion_request(const json& body, Endpoint endpoint, 
     read_prompt(*prompt, vocab_size, r);
   }
   for (const char* name : {"max_tokens", "max_completion_tokens"}) {
-    if (const json* v = field(body, name)) r.max_tokens = static_cast<int>(read_int(*v, name, 1, limits.max_tokens));
+    if (const json* v = field(body, name)) {
+      r.max_tokens = static_cast<int>(read_capped(*v, name, 1, limits.max_tokens, "--max-tokens"));
+    }
   }
   if (const json* v = field(body, "temperature")) r.sampler.temperature = static_cast<float>(read_number(*v, "temperature", 0, 2));
   if (const json* v = field(body, "top_p")) {
@@ -258,7 +280,7 @@ CompletionRequest parse_completion_request(const json& body, Endpoint endpoint, 
     r.has_seed = true;
   }
   if (const json* v = field(body, "stop")) r.stop = read_stop(*v, limits);
-  if (const json* v = field(body, "n")) r.n = static_cast<int>(read_int(*v, "n", 1, limits.max_n));
+  if (const json* v = field(body, "n")) r.n = static_cast<int>(read_capped(*v, "n", 1, limits.max_n, "--max-n"));
   if (const json* v = field(body, "stream")) r.stream = read_bool(*v, "stream");
   if (const json* v = field(body, "stream_options")) {
     if (!v->is_object()) wrong_type("stream_options", "an object");

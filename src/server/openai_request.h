@@ -15,10 +15,12 @@ namespace kvlm::server {
 
 enum class Endpoint { kCompletions, kChat };
 
-// Caps a client cannot exceed (the server's limits; exceeding one is a 400 naming the field).
+// Caps a client cannot exceed (the server's limits; exceeding one is a 400 naming the field and,
+// for those `kvlm serve` sets, the flag).
 struct RequestLimits {
-  int max_n = 16;
-  int max_tokens = 1 << 20;   // a cap on max_tokens itself; the context and pool bound it further
+  int max_n = 16;                // --max-n
+  int max_tokens = 1 << 20;      // --max-tokens: a cap on max_tokens itself; the context and pool bound it further
+  int max_prompt_tokens = 0;     // --max-prompt-tokens: 0 = the model's context (and the pool) alone
   int max_stop_strings = 16;
   int max_logprobs = 20;
 };

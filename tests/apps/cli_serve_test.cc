@@ -14,6 +14,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "support/listening_sockets.h"
 #include "support/subprocess.h"
 #include "support/test_paths.h"
 
@@ -117,6 +118,39 @@ TEST(CliServe, SigtermDrainsInFlightStreamsAndExitsZero) {
   EXPECT_EQ(log.find("Once upon a time"), std::string::npos) << "prompts are logged only with --log-prompts";
 }
 
+// Security defaults and the limit flags, end to end: without --host only loopback is bound, the
+// API key never reaches the log, and the caps given on the command line are what clients get.
+TEST(CliServe, DefaultsBindLoopbackOnlyAndTheApiKeyIsNeverLogged) {
+  const std::string key = "sk-cli-secret-4242";
+  ServeProcess serve({"--api-key", key, "--max-tokens", "8", "--max-prompt-tokens", "64", "--max-streams", "3",
+                      "--pool-blocks", "64"});
+  const int port = serve.wait_ready();
+  ASSERT_GT(port, 0) << serve.log();
+  EXPECT_EQ(testing::listening_addresses(port), std::vector<std::string>{"127.0.0.1"});
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(30, 0);
+  const std::string body = R"({"prompt": "Once upon a time", "max_tokens": 4})";
+  auto wrong = c.Post("/v1/completions", {{"Authorization", "Bearer not-the-key"}}, body, "application/json");
+  ASSERT_TRUE(wrong);
+  EXPECT_EQ(wrong->status, 401);
+  const httplib::Headers auth = {{"Authorization", "Bearer " + key}};
+  auto ok = c.Post("/v1/completions", auth, body, "application/json");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+  auto capped = c.Post("/v1/completions", auth, R"({"prompt": "Once", "max_tokens": 9})", "application/json");
+  ASSERT_TRUE(capped);
+  EXPECT_EQ(capped->status, 400);
+  EXPECT_NE(capped->body.find("--max-tokens"), std::string::npos) << capped->body;
+  auto metrics = c.Get("/metrics", auth);
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->body.find(key), std::string::npos);
+  EXPECT_EQ(serve.terminate_and_wait(), 0) << serve.log();
+  const std::string log = serve.log();
+  EXPECT_NE(log.find("POST /v1/completions 401"), std::string::npos) << log;
+  EXPECT_EQ(log.find(key), std::string::npos) << log;
+  EXPECT_EQ(log.find("not-the-key"), std::string::npos) << log;
+}
+
 TEST(CliServe, BadFlagsAreOneClearLine) {
   auto r = run_command(kvlm_binary() + " serve --pool-blocks 4 --pool-memory 1MiB");
   EXPECT_EQ(r.exit_code, 1);
@@ -124,6 +158,12 @@ TEST(CliServe, BadFlagsAreOneClearLine) {
   r = run_command(kvlm_binary() + " serve --port 70000");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("--port 70000"), std::string::npos) << r.err;
+  r = run_command(kvlm_binary() + " serve --max-prompt-tokens -1");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--max-prompt-tokens -1"), std::string::npos) << r.err;
+  r = run_command(kvlm_binary() + " serve --max-streams -2");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--max-streams -2"), std::string::npos) << r.err;
 }
 
 TEST(CliChat, LaterTurnsReuseEarlierTurnsFromThePrefixCache) {

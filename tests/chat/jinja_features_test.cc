@@ -170,5 +170,37 @@ TEST(JinjaFeaturesTest, ErrorsNameThePosition) {
   EXPECT_NE(failed.status().message().find("'message' is undefined"), std::string::npos) << failed.status().message();
 }
 
+// Found by fuzz/chat_template_fuzz.cc: values nested without bound overflowed the stack (printing,
+// destruction) and a namespace holding itself made every walk over it endless.
+TEST(JinjaFeaturesTest, NestingAndCyclesAreRefused) {
+  const auto render_error = [](const char* source, const nlohmann::json& context) {
+    auto parsed = ChatTemplate::parse(source);
+    EXPECT_TRUE(parsed.ok()) << parsed.status().message();
+    auto rendered = parsed->render(context);
+    EXPECT_FALSE(rendered.ok()) << source;
+    return rendered.ok() ? std::string() : rendered.status().message();
+  };
+  const nlohmann::json empty = nlohmann::json::object();
+  EXPECT_NE(render_error("{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}"
+                         "{% endfor %}{{ ns.x }}",
+                         empty)
+                .find("nested deeper than 256 levels"),
+            std::string::npos);
+  EXPECT_NE(render_error("{% set ns = namespace(a=1) %}{% set ns.b = ns %}{{ ns }}", empty)
+                .find("a namespace attribute cannot hold a namespace"),
+            std::string::npos);
+  EXPECT_NE(render_error("{% set ns = namespace(a=1) %}{% set ns.b = [1, {'c': ns}] %}", empty)
+                .find("cannot hold a namespace"),
+            std::string::npos);
+  nlohmann::json deep = nlohmann::json::array();
+  for (int i = 0; i < 5000; ++i) deep = nlohmann::json::array({deep});
+  EXPECT_NE(render_error("{{ messages }}", {{"messages", deep}}).find("context is nested deeper than 256 levels"),
+            std::string::npos);
+  // Within the cap, nesting renders as jinja2 prints it.
+  auto shallow = ChatTemplate::parse("{% set x = [[[1]]] %}{{ x }}");
+  ASSERT_TRUE(shallow.ok());
+  EXPECT_EQ(shallow->render(empty).value(), "[[[1]]]");
+}
+
 }  // namespace
 }  // namespace kvlm::chat

@@ -91,6 +91,93 @@ TEST(EngineThreads, ManyThreadsSubmitAndCancelWhileTheEngineRuns) {
   engine->cache().check_invariants();
 }
 
+// Submitters, cancellers that cancel other threads' requests (finished ones and ids that were
+// never issued too) and metrics readers, all at once, with prefix sharing between the prompts.
+TEST(EngineThreads, CancellationFromOtherThreadsWhileSubmittingAndReading) {
+  LlamaModel& model = testing::tiny_engine_model("tiny-gqa");
+  ThreadPool pool(2);
+  EngineOptions options;
+  options.block_size = 8;
+  options.num_blocks = 64;
+  options.max_batch_tokens = 48;
+  auto engine = Engine::create(model, pool, options).value();
+  engine->start();
+
+  FinalEvents events;
+  constexpr int kSubmitters = 6;
+  constexpr int kPerThread = 10;
+  std::mutex ids_mutex;
+  std::vector<RequestId> ids;  // every accepted id, in the order submitters got them
+  std::atomic<int> submitters_left{kSubmitters};
+  std::vector<std::thread> threads;
+  const std::vector<TokenId> shared_prefix = random_prompt(24, 512, 7);
+  for (int t = 0; t < kSubmitters; ++t) {
+    threads.emplace_back([&, t] {
+      struct Leaving {  // also when an assertion returns early
+        std::atomic<int>& left;
+        ~Leaving() { --left; }
+      } leaving{submitters_left};
+      Rng rng(300 + static_cast<uint64_t>(t));
+      for (int i = 0; i < kPerThread; ++i) {
+        RequestOptions r;
+        r.prompt = shared_prefix;
+        const std::vector<TokenId> tail = random_prompt(1 + static_cast<int>(rng.next_u64() % 40), 512, rng.next_u64());
+        r.prompt.insert(r.prompt.end(), tail.begin(), tail.end());
+        r.max_tokens = 8 + static_cast<int>(rng.next_u64() % 64);
+        r.stop_at_eos = false;
+        r.sampler.temperature = 0;
+        auto id = engine->submit(r, events.callback());
+        ASSERT_TRUE(id.ok()) << id.status().message();
+        std::lock_guard<std::mutex> lock(ids_mutex);
+        ids.push_back(*id);
+      }
+    });
+  }
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  auto all_ended = [&] {
+    std::lock_guard<std::mutex> lock(events.mutex);
+    return (submitters_left.load() == 0 && events.num_final == kSubmitters * kPerThread) ||
+           std::chrono::steady_clock::now() > give_up;
+  };
+  for (int t = 0; t < 2; ++t) {  // cancellers: any id, whoever submitted it, in any state
+    threads.emplace_back([&, t] {
+      Rng rng(900 + static_cast<uint64_t>(t));
+      while (!all_ended()) {
+        RequestId victim{-1};
+        {
+          std::lock_guard<std::mutex> lock(ids_mutex);
+          if (!ids.empty()) victim = ids[rng.next_u64() % ids.size()];
+        }
+        if (rng.next_u64() % 8 == 0) victim = RequestId{1 << 30};  // never issued
+        if (victim.value >= 0) engine->cancel(victim);
+        std::this_thread::sleep_for(std::chrono::microseconds(300));
+      }
+    });
+  }
+  threads.emplace_back([&] {  // a metrics reader, as /metrics is
+    while (submitters_left.load() > 0) {
+      const EngineMetrics m = engine->metrics();
+      EXPECT_GE(m.blocks_used, 0);
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  });
+  for (auto& th : threads) th.join();
+  const int accepted = static_cast<int>(ids.size());
+  {
+    std::unique_lock<std::mutex> lock(events.mutex);
+    ASSERT_TRUE(events.done.wait_for(lock, std::chrono::seconds(120), [&] { return events.num_final == accepted; }))
+        << events.num_final << " of " << accepted << " requests ended";
+  }
+  engine->stop();
+  EXPECT_EQ(accepted, kSubmitters * kPerThread);
+  for (const auto& [id, n] : events.finals) EXPECT_EQ(n, 1) << "request " << id;
+  const EngineMetrics m = engine->metrics();
+  EXPECT_EQ(m.requests_finished + m.requests_cancelled, accepted);
+  EXPECT_EQ(engine->cache().num_used_blocks(), 0);
+  EXPECT_EQ(engine->leaked_blocks(), 0);
+  engine->cache().check_invariants();
+}
+
 TEST(EngineThreads, StopCancelsWhatIsStillInFlight) {
   LlamaModel& model = testing::tiny_engine_model("tiny-mha");
   ThreadPool pool(2);

@@ -105,6 +105,28 @@ TEST(OpenAiRequest, ErrorsNameTheField) {
   EXPECT_THROW(parse_json_body("42"), ApiError);
 }
 
+// Found by the openai_request fuzz target (fuzz/corpus/openai_request/regression_*): a number
+// beyond double's range was a 500, 100,000 nested brackets overflowed the stack when copied.
+TEST(OpenAiRequest, HostileJsonIsA400NotACrash) {
+  const auto message_of = [](const std::string& body) -> std::string {
+    try {
+      parse_json_body(body);
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status, 400);
+      return e.what();
+    }
+    ADD_FAILURE() << "no error";
+    return {};
+  };
+  EXPECT_NE(message_of(R"({"prompt": "x", "temperature": 9E999999999999})").find("not valid JSON"), std::string::npos);
+  const std::string deep = R"({"messages":[{"role":"user","content":"hi","x":)" + std::string(100000, '[') +
+                           std::string(100000, ']') + "}]}";
+  EXPECT_NE(message_of(deep).find("nests JSON more than 128 levels deep"), std::string::npos);
+  // 128 levels still parse: real tool schemas nest far less.
+  const std::string ok = "{\"a\":" + std::string(126, '[') + std::string(126, ']') + "}";
+  EXPECT_NO_THROW(parse_json_body(ok));
+}
+
 TEST(ServerMetricsText, HistogramBucketsAreCumulativeAndEndInInf) {
   Histogram h({0.1, 1.0});
   h.observe(0.05);

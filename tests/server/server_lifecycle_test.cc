@@ -1,5 +1,8 @@
 // Disconnects cancel and free, /metrics moves as requests run, and drain() ends what is left.
+#include <atomic>
 #include <regex>
+#include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -48,6 +51,63 @@ TEST(ServerLifecycle, ClientThatDisconnectsMidStreamIsCancelledAndItsBlocksGoBac
   EXPECT_EQ(ts.engine().leaked_blocks(), 0);
   EXPECT_LT(m.tokens_generated - generated_before, 1500) << "cancelled long before its max_tokens";
   EXPECT_GE(metric_value(metrics_body(ts), "kvlm:request_success_total{model_name=\"stories260K\",finished_reason=\"abort\"}"), 1);
+}
+
+// Many streams at once whose clients close the socket mid-stream (after a few chunks, or before
+// the first), beside clients that read to the end: every cancelled request gives its blocks
+// back, the others complete, and the server still answers.
+TEST(ServerLifecycle, ManyClientsDisconnectingMidStreamAtOnceLeakNothing) {
+  KVLM_REQUIRE_STORIES();
+  TestServer ts;
+  constexpr int kLeavers = 12;
+  constexpr int kStayers = 4;
+  std::atomic<int> left_early{0};
+  std::atomic<int> completed{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kLeavers; ++i) {
+    clients.emplace_back([&, i] {
+      auto c = ts.client();
+      if (i % 4 == 3) c.set_read_timeout(0, 30 * 1000);  // gives up before the first chunk
+      const bool chat = i % 2 == 1;
+      json body = {{"max_tokens", 1500}, {"ignore_eos", true}, {"stream", true}};
+      if (chat) {
+        body["messages"] = {{{"role", "user"}, {"content", "Tell me a story"}}};
+      } else {
+        body["prompt"] = "Once upon a time";
+      }
+      httplib::Request req;
+      req.method = "POST";
+      req.path = chat ? "/v1/chat/completions" : "/v1/completions";
+      req.body = body.dump();
+      req.set_header("Content-Type", "application/json");
+      int chunks = 0;
+      const int leave_after = 1 + i % 5;
+      req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < leave_after; };
+      c.send(req);
+      ++left_early;
+    });
+  }
+  for (int i = 0; i < kStayers; ++i) {
+    clients.emplace_back([&] {
+      auto c = ts.client();
+      auto res = c.Post("/v1/completions", json{{"prompt", "Once"}, {"max_tokens", 8}, {"stream", true}}.dump(),
+                        "application/json");
+      if (res && res->status == 200 && res->body.find("data: [DONE]") != std::string::npos) ++completed;
+    });
+  }
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(left_early.load(), kLeavers);
+  EXPECT_EQ(completed.load(), kStayers);
+  ASSERT_TRUE(ts.wait_idle()) << "a request kept running after its client left";
+  EXPECT_EQ(ts.engine().metrics().blocks_used, 0);
+  EXPECT_EQ(ts.engine().leaked_blocks(), 0);
+  auto c = ts.client();
+  auto health = c.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  auto res = c.Post("/v1/completions", R"({"prompt": "Once upon a time", "max_tokens": 4})", "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << res->body;
 }
 
 TEST(ServerLifecycle, ClientThatGivesUpWaitingIsCancelledToo) {

@@ -59,6 +59,11 @@ class TestServer {
     engine_ = Engine::create(model_, pool_, options.engine).value();
     port_ = server_.bind().value();
     server_.start();
+    // One response read on this thread before any test thread exists: httplib's client parses
+    // status lines with a function-local static regex built inside the uninstrumented
+    // libcpp-httplib, whose guard ThreadSanitizer cannot see (two client threads racing to build
+    // it read as a data race).
+    client().Get("/health");
     if (options.attach) attach();
   }
   ~TestServer() {
