@@ -63,10 +63,17 @@ build_targets() {
   rm -f "$log"
 }
 
+write_seeds() {
+  build_targets kvlm_fuzz_seed_corpus
+  ASAN_OPTIONS=detect_leaks=0 "$build/fuzz/kvlm_fuzz_seed_corpus" fuzz/corpus "$PWD"
+}
+
 # run NAME SECONDS MERGE: one libFuzzer process over a temp copy of the corpus.
 run_target() {
   local name="$1" seconds="$2" merge="$3"
   local corpus="fuzz/corpus/$name"
+  # The GGUF seeds are models, so git does not hold them: made here on a fresh checkout.
+  if ! ls "$corpus"/seed_* >/dev/null 2>&1; then write_seeds; fi
   if [ -z "$(ls -A "$corpus" 2>/dev/null)" ]; then
     echo "fuzz.sh: $corpus is empty; run scripts/fuzz.sh --seed first" >&2
     exit 1
@@ -115,8 +122,7 @@ case "$1" in
     printf '%s\n' "${targets[@]}"
     ;;
   --seed)
-    build_targets kvlm_fuzz_seed_corpus
-    ASAN_OPTIONS=detect_leaks=0 "$build/fuzz/kvlm_fuzz_seed_corpus" fuzz/corpus "$PWD"
+    write_seeds
     ;;
   --smoke)
     [ $# -eq 2 ] || usage
