@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_error.h"
+#include "model_source.h"
 #include "commands.h"
 #include "core/page_cache.h"
 #include "eval/machine_probe.h"
@@ -159,7 +160,7 @@ void run_bench(const BenchFlags& f, const BenchFlagsGiven& given) {
   options.seed = f.seed;
 
   if (f.cold) throw_if_error(drop_from_page_cache(f.model));
-  auto model = value_or_throw(LlamaModel::load(f.model));
+  auto model = load_model_file(f.model);
   f.mla.apply(*model, f.model);
   // Checked before the thread pool starts so bad flags fail at once.
   throw_if_error(validate_speed_bench_options(options, model->config()));

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_error.h"
+#include "model_source.h"
 #include "commands.h"
 #include "core/check.h"
 #include "core/rng.h"
@@ -422,7 +423,7 @@ void run_bench_serve(const BenchServeFlags& f, const BenchServeFlagsGiven& given
   setup.shared_tokens = static_cast<int>(std::lround(f.shared_prefix * f.prompt_tokens));
   setup.max_seqs = given.max_seqs ? f.max_seqs : f.concurrency;
 
-  auto model = value_or_throw(LlamaModel::load(f.model));
+  auto model = load_model_file(f.model);
   const ModelConfig& config = model->config();
   if (static_cast<int64_t>(f.prompt_tokens) + f.output_tokens > config.context_length) {
     throw CliError(fmt::format("--prompt-tokens {} + --output-tokens {} = {} exceeds the model's context of {}",

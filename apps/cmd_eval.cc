@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_error.h"
+#include "model_source.h"
 #include "commands.h"
 #include "eval/kld.h"
 #include "eval/perplexity.h"
@@ -57,7 +58,7 @@ void run_ppl(const PplFlags& f, bool prefill_chunk_given) {
                                eviction_policy_name(eviction.policy)));
   }
   const std::string text = read_text_file(f.text);
-  auto model = value_or_throw(LlamaModel::load(f.model));
+  auto model = load_model_file(f.model);
   f.mla.apply(*model, f.model);
   if (evicting && model->config().is_mla() && f.mla.mode == "expanded") {
     throw CliError(fmt::format("--mla expanded attends over every cached token: it cannot run --policy {}",

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_error.h"
+#include "model_source.h"
 #include "text_file.h"
 #include "tokenizer_warnings.h"
 #include "commands.h"
@@ -82,7 +83,7 @@ void run_recall(const RecallFlags& f, const RecallFlagsGiven& given) {
   options.cache.v_type = f.kv.v_type();
   options.cache.storage = f.kv.storage_options();
   options.cache.block_size = f.block_size;
-  auto model = value_or_throw(LlamaModel::load(f.model));
+  auto model = load_model_file(f.model);
   print_model_warnings(*model);
   if (!f.text.empty()) {
     options.filler = model->tokenizer().encode(read_text_file(f.text), false);

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_error.h"
+#include "model_source.h"
 #include "commands.h"
 #include "eval/evicting_eval_cache.h"
 #include "eval/stream_perplexity.h"
@@ -49,7 +50,7 @@ void run_stream(const StreamFlags& f) {
   const KvStorageOptions storage = f.kv.storage_options();
   const EvictionOptions eviction = f.evict.eviction();
   const std::string text = read_text_file(f.text);
-  auto model = value_or_throw(LlamaModel::load(f.model));
+  auto model = load_model_file(f.model);
   const Tokenizer& tok = model->tokenizer();
   print_model_warnings(*model);
   const std::vector<TokenId> tokens = tok.encode(text, tok.add_bos());

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cli_error.h"
+#include "model_source.h"
 #include "commands.h"
 #include "core/cpu_features.h"
 #include "model/llama_model.h"
@@ -53,7 +54,7 @@ void run(const ReportFlags& f) {
   if (f.trained_ctx < 0) throw CliError(fmt::format("--trained-ctx {} must be >= 0", f.trained_ctx));
   config.trained_ctx = f.trained_ctx;
   const std::string text = read_text_file(f.text, f.text_bytes);
-  auto model = value_or_throw(LlamaModel::load(f.model));
+  auto model = load_model_file(f.model);
   const Tokenizer& tok = model->tokenizer();
   const std::vector<TokenId> tokens = tok.encode(text, tok.add_bos());
 

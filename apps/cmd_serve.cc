@@ -2,9 +2,11 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -13,6 +15,7 @@
 #include "chat/chat_format.h"
 #include "cli_error.h"
 #include "commands.h"
+#include "core/heap_trimmer.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
 #include "kv_flags.h"
@@ -20,6 +23,7 @@
 #include "model_source.h"
 #include "plan/memory_size.h"
 #include "server/api_server.h"
+#include "server_malloc.h"
 
 namespace kvlm::cli {
 namespace {
@@ -40,6 +44,7 @@ struct ServeFlags {
   std::string max_body = "8MiB";
   double request_timeout = 600;
   double shutdown_timeout = 30;
+  double write_timeout = 30;
   int threads = 0;
   int http_threads = 0;
   int max_n = 16;
@@ -85,6 +90,7 @@ void check_flags(const ServeFlags& f, bool pool_memory_given, bool pool_blocks_g
   if (f.max_queue < 0) throw CliError(fmt::format("--max-queue {} must be >= 0", f.max_queue));
   if (f.request_timeout < 0) throw CliError(fmt::format("--request-timeout {} must be >= 0 (0 = none)", f.request_timeout));
   if (f.shutdown_timeout < 0) throw CliError(fmt::format("--shutdown-timeout {} must be >= 0", f.shutdown_timeout));
+  if (!(f.write_timeout >= 0.001)) throw CliError(fmt::format("--write-timeout {} must be >= 0.001", f.write_timeout));
   if (f.max_n < 1 || f.max_n > 128) throw CliError(fmt::format("--max-n {} must be in [1, 128]", f.max_n));
   if (f.max_tokens < 1) throw CliError(fmt::format("--max-tokens {} must be >= 1", f.max_tokens));
   if (f.max_prompt_tokens < 0) {
@@ -102,9 +108,12 @@ void run(const ServeFlags& f, bool pool_memory_given, bool pool_blocks_given) {
   const KvType k_type = f.kv.k_type();
   const KvType v_type = f.kv.v_type();
   const KvStorageOptions storage = f.kv.storage_options();
+  // Before anything starts: re-executed once with malloc settings that keep RSS flat.
+  const std::optional<std::string> malloc_warning = reexec_with_server_malloc_settings();
   // The log goes to stderr (stdout stays free for whatever wraps the server).
   spdlog::set_default_logger(spdlog::stderr_color_mt("kvlm"));
   if (f.quiet) spdlog::set_level(spdlog::level::warn);
+  if (malloc_warning) spdlog::warn("{}", *malloc_warning);
 
   // SIGINT and SIGTERM are taken by sigwait below, so every thread started from here blocks them.
   sigset_t signals;
@@ -120,6 +129,7 @@ void run(const ServeFlags& f, bool pool_memory_given, bool pool_blocks_given) {
   options.max_queue = f.max_queue;
   options.max_body_bytes = *max_body;
   options.request_timeout_seconds = f.request_timeout;
+  options.write_timeout_seconds = f.write_timeout;
   options.http_threads = f.http_threads > 0 ? f.http_threads : f.max_seqs + f.max_queue + 16;
   options.log_prompts = f.log_prompts;
   options.max_streams = f.max_streams;
@@ -180,6 +190,8 @@ void run(const ServeFlags& f, bool pool_memory_given, bool pool_blocks_given) {
   } else {
     server.attach_without_chat(*engine, chat_format.status().message());
   }
+  // Freed per-request memory goes back to the OS instead of piling up in glibc's arenas.
+  HeapTrimmer heap_trimmer(std::chrono::seconds(5));
   spdlog::info("ready: http://{}:{}/v1 (Ctrl-C drains and stops)", f.host, port);
   std::fflush(stdout);
 
@@ -229,6 +241,9 @@ CLI::App* add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--shutdown-timeout", flags->shutdown_timeout,
                   "seconds SIGINT/SIGTERM waits for in-flight requests before cancelling them")
+      ->capture_default_str();
+  cmd->add_option("--write-timeout", flags->write_timeout,
+                  "seconds a client may accept no bytes (stopped reading) before its request is cancelled")
       ->capture_default_str();
   cmd->add_option("--threads,-t", flags->threads, "compute threads (default: all cores)");
   cmd->add_option("--http-threads", flags->http_threads,

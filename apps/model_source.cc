@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "cli_error.h"
+#include "mapped_file_guard.h"
 
 #ifndef KVLM_EMBEDDED_MODEL_PATH
 #error "KVLM_EMBEDDED_MODEL_PATH (the GGUF file to embed) is set by CMakeLists.txt"
@@ -36,8 +37,14 @@ std::span<const uint8_t> embedded_model_bytes() {
   return {kvlm_embedded_model_begin, static_cast<size_t>(kvlm_embedded_model_end - kvlm_embedded_model_begin)};
 }
 
+std::unique_ptr<LlamaModel> load_model_file(const std::string& path) {
+  std::unique_ptr<LlamaModel> model = value_or_throw(LlamaModel::load(path));
+  guard_mapped_file(model->file());
+  return model;
+}
+
 std::unique_ptr<LlamaModel> load_model_or_embedded(const std::string& path) {
-  if (!path.empty()) return value_or_throw(LlamaModel::load(path));
+  if (!path.empty()) return load_model_file(path);
   const std::span<const uint8_t> bytes = embedded_model_bytes();
   return value_or_throw(
       LlamaModel::load_from_bytes(std::vector<uint8_t>(bytes.begin(), bytes.end()), kEmbeddedModelName));

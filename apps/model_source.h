@@ -19,6 +19,10 @@ inline constexpr const char* kEmbeddedModelName = "stories260K (embedded)";
 std::span<const uint8_t> embedded_model_bytes();
 inline size_t embedded_model_size() { return embedded_model_bytes().size(); }
 
+// LlamaModel::load(path) with the file's mapping guarded (mapped_file_guard.h: a file truncated
+// while kvlm runs ends it with a clear message, not "Bus error"). Errors are thrown as CliError.
+std::unique_ptr<LlamaModel> load_model_file(const std::string& path);
+
 // An empty path loads the embedded model; any other is LlamaModel::load(path). Errors are
 // thrown as CliError naming the path.
 std::unique_ptr<LlamaModel> load_model_or_embedded(const std::string& path);

@@ -1,17 +1,22 @@
 // A bounded, loopback-only load test of `kvlm serve`: CLIENTS concurrent loops for SECONDS issue
 // streaming and non-streaming chat / completion requests (random lengths, a shared long prefix,
-// ignore_eos, n > 1, eviction policies), cancel some mid-stream, and send some invalid ones. Every
-// request must end in exactly one of: success (each choice finished, then [DONE]), a proper error
-// (a JSON error object with the expected status; 429 with Retry-After is counted and retried
-// later), or an intentional cancel. Anything else is "lost" and fails the run. Afterwards the
-// server must be healthy, hold no KV blocks and run no requests, and exit 0 on SIGTERM.
+// long prompts near the pool's size, ignore_eos, n > 1, eviction policies), cancel some mid-stream,
+// drop some connections at the socket (mid-stream, or in the middle of sending the request), and
+// send some invalid ones. Every request must end in exactly one of: success (each choice finished,
+// then [DONE]), a proper error (a JSON error object with the expected status; 429 with Retry-After
+// is counted and retried later), or an intentional cancel or disconnect. Anything else is "lost"
+// and fails the run. Afterwards the server must be healthy, hold no KV blocks, run no requests,
+// still generate, and exit 0 on SIGTERM. With --rss-growth-limit (the soak, scripts/soak.sh) the
+// server's resident memory is sampled and must not grow more than that after the warm-up.
 //
 //   node scripts/load-test.mjs --kvlm build/kvlm [--seconds 60] [--clients 64] [--json] [--seed N]
 //        [--pool-blocks 96] [--max-seqs 32] [--max-queue 64] [--threads N] [--server-arg ARG]...
+//        [--rss-growth-limit PCT] [--warmup SECONDS]
 //
 // Exit 0 only when lost == 0, unexpected == 0 and the post-checks hold.
 import { spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
+import { connect } from 'node:net';
 
 // ---- options ----
 const opts = {
@@ -28,6 +33,8 @@ const opts = {
   requestTimeout: 60,   // client-side: a request still open after this is lost (a stall)
   serverArgs: [],
   verbose: false,
+  rssGrowthLimit: null,  // percent; null: RSS is reported, not checked
+  warmup: null,          // seconds before the RSS baseline; default a fifth of the run, at most 300
 };
 {
   const a = process.argv.slice(2);
@@ -50,6 +57,8 @@ const opts = {
       case '--threads': opts.threads = num(i); i++; break;
       case '--request-timeout': opts.requestTimeout = num(i); i++; break;
       case '--server-arg': opts.serverArgs.push(a[++i]); break;
+      case '--rss-growth-limit': opts.rssGrowthLimit = num(i); i++; break;
+      case '--warmup': opts.warmup = num(i); i++; break;
       case '--verbose': case '-v': opts.verbose = true; break;
       case '--help': case '-h': usage(); break;
       default: usage(`unknown argument ${a[i]}`);
@@ -60,7 +69,8 @@ function usage(why) {
   if (why) console.error(`load-test: ${why}`);
   console.error('usage: node scripts/load-test.mjs [--kvlm PATH] [--seconds 60] [--clients 64] [--json] [--seed N]\n' +
                 '       [--pool-blocks 96] [--max-seqs 32] [--max-queue 64] [--block-size 16] [--threads N]\n' +
-                '       [--request-timeout 60] [--server-arg ARG]... [--verbose]');
+                '       [--request-timeout 60] [--server-arg ARG]... [--rss-growth-limit PCT] [--warmup SECONDS]\n' +
+                '       [--verbose]');
   process.exit(why ? 2 : 0);
 }
 if (!existsSync(opts.kvlm)) {
@@ -131,6 +141,7 @@ function startServer() {
 }
 
 let BASE;
+let PORT;
 async function getText(path, timeoutMs = 5000) {
   const res = await fetch(BASE + path, { signal: AbortSignal.timeout(timeoutMs) });
   return { status: res.status, body: await res.text() };
@@ -164,6 +175,13 @@ const SHARED_PREFIX = 'Once upon a time, there was a little girl named Lily. She
   'stopped under a big tree and dropped the ball. Lily was happy. She gave the dog a hug and said, "Thank ' +
   'you, little dog." The dog wagged its tail. ';
 const prompt = (shared) => (shared ? SHARED_PREFIX : '') + words(randint(1, shared ? 20 : 60));
+// A long prompt: the shared prefix (~230 tokens) and up to 450 words (~1.9 tokens each), kept
+// within the pool beside max_tokens <= 200, so a few of them at once force preemption.
+function longPrompt() {
+  const poolTokens = opts.poolBlocks * opts.blockSize;
+  const maxWords = Math.min(450, Math.floor((poolTokens - 230 - 200 - 4 * opts.blockSize) / 2));
+  return SHARED_PREFIX + words(randint(Math.min(200, Math.max(1, maxWords)), Math.max(1, maxWords)));
+}
 
 // ---- a request plan ----
 // kind: 'stream' | 'full' | 'invalid'. For invalid ones, `expect` is the status that must come back.
@@ -209,11 +227,12 @@ function validPlan() {
   const chat = rand() < 0.5;
   const stream = rand() < 0.88;
   const shared = rand() < 0.3;
+  const long = rand() < 0.06;
   const ignoreEos = rand() < 0.25;
-  const n = rand() < 0.05 ? randint(2, 3) : 1;
+  const n = !long && rand() < 0.05 ? randint(2, 3) : 1;
   const maxTokens = randint(8, 200);
   const body = { model: MODEL, max_tokens: maxTokens };
-  const text = prompt(shared);
+  const text = long ? longPrompt() : prompt(shared);
   if (chat) {
     body.messages = rand() < 0.3 ? [{ role: 'system', content: 'You are a storyteller.' }, { role: 'user', content: text }]
                                  : [{ role: 'user', content: text }];
@@ -243,15 +262,26 @@ function validPlan() {
   const cancelAfter = stream && rand() < 0.12 ? randint(1, 25) : 0;
   return { kind: stream ? 'stream' : 'full', chat, path: chat ? '/v1/chat/completions' : '/v1/completions',
            body: JSON.stringify(body), n, maxTokens, ignoreEos, includeUsage, cancelAfter,
-           hasStop: !!body.stop, policy: body.kv?.policy ?? null, logprobs };
+           hasStop: !!body.stop, policy: body.kv?.policy ?? null, logprobs, long };
+}
+
+// A client that drops its TCP connection: after reading some bytes of a streamed answer, or in
+// the middle of sending its request (the headers promise more body than comes).
+function disconnectPlan() {
+  const body = JSON.stringify({ model: MODEL, prompt: prompt(rand() < 0.5), max_tokens: randint(50, 200),
+                                stream: true, ignore_eos: true });
+  const half = rand() < 0.3;
+  return { kind: 'disconnect', path: '/v1/completions', body, half, afterBytes: randint(1, 3000) };
 }
 
 // ---- the outcome of every request ----
 const stats = {
   started: 0, completed: 0, completedStream: 0, completedFull: 0, errors4xxExpected: 0, rateLimited: 0,
-  cancelled: 0, lost: 0, unexpected: 0, errors5xx: 0, inBandErrors: 0,
+  cancelled: 0, disconnected: 0, lost: 0, unexpected: 0, errors5xx: 0, inBandErrors: 0, long: 0,
   outputTokens: 0, outputTokensFromUsage: 0, chunks: 0, ttft: [], latency: [],
 };
+const errorsByKind = {};  // the invalid requests' labels and 429s, counted
+const countError = (kind) => { errorsByKind[kind] = (errorsByKind[kind] ?? 0) + 1; };
 const lostSamples = [];
 const unexpectedSamples = [];
 function lost(plan, why) {
@@ -469,6 +499,7 @@ async function oneRequest(plan) {
 
 async function answer(plan) {
   stats.started++;
+  if (plan.kind === 'disconnect') return answerDisconnect(plan);
   const ac = new AbortController();
   const timer = setTimeout(() => ac.abort(new Error('client timeout')), opts.requestTimeout * 1000);
   const t0 = performance.now();
@@ -490,6 +521,7 @@ async function answer(plan) {
         return 0;
       }
       stats.rateLimited++;
+      countError('429 busy');
       return Math.min(retry, 2) * 1000;
     }
     if (res.status !== 200) {
@@ -508,6 +540,7 @@ async function answer(plan) {
                          `${res.status} ${text.slice(0, 200)}`);
       } else {
         stats.errors4xxExpected++;
+        countError(`${plan.expect} ${plan.label}`);
       }
       return 0;
     }
@@ -523,6 +556,7 @@ async function answer(plan) {
       return 0;
     }
     stats.completed++;
+    if (plan.long) stats.long++;
     if (plan.kind === 'stream') {
       stats.completedStream++;
       if (r.firstContentAt) stats.ttft.push(r.firstContentAt - t0);
@@ -551,6 +585,81 @@ async function answer(plan) {
 }
 function safeParse(t) { try { return JSON.parse(t); } catch { return null; } }
 
+// A raw socket: the request (whole, or cut off halfway through its body), then the connection
+// dropped once `afterBytes` of the answer came. The answer must have begun with 200 (or 429 when
+// the server is full); a half-sent request may get nothing.
+function answerDisconnect(plan) {
+  return new Promise((resolve) => {
+    const sock = connect(PORT, '127.0.0.1');
+    let head = '';
+    let got = 0;
+    let settled = false;
+    const finish = (why) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      sock.destroy();
+      const status = head.match(/^HTTP\/1\.1 (\d{3})/)?.[1];
+      if (why === 'timeout') lost(plan, `raw socket: no ${got ? 'more bytes' : 'answer'} within ${opts.requestTimeout} s`);
+      else if (why.startsWith('error') && !plan.half) lost(plan, `raw socket ${why}`);
+      else if (!plan.half && status !== '200' && status !== '429') {
+        unexpected(plan, `raw socket: answered ${JSON.stringify(head.slice(0, 80))} (${why})`);
+      } else {
+        stats.disconnected++;
+      }
+      resolve(0);
+    };
+    const timer = setTimeout(() => finish('timeout'), opts.requestTimeout * 1000);
+    sock.on('connect', () => {
+      const len = Buffer.byteLength(plan.body);
+      const request = `POST ${plan.path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n` +
+                      `Content-Length: ${len}\r\n\r\n`;
+      if (plan.half) {
+        sock.write(request + plan.body.slice(0, Math.floor(len / 2)), () => setTimeout(() => finish('half'), randint(0, 100)));
+      } else {
+        sock.write(request + plan.body);
+      }
+    });
+    sock.on('data', (d) => {
+      if (head.length < 64) head += d.toString('latin1', 0, Math.min(d.length, 64));
+      got += d.length;
+      if (got >= plan.afterBytes) finish('dropped');
+    });
+    sock.on('end', () => finish(got > 0 ? 'ended' : 'error: closed with no answer'));
+    sock.on('error', (e) => finish(`error ${e.code ?? e.message}`));
+  });
+}
+
+// ---- the server's resident memory (the soak's leak check) ----
+const rssSamples = [];  // { t: seconds into the load, kb }
+function readRssKb() {
+  try {
+    const m = readFileSync(`/proc/${server.pid}/status`, 'utf8').match(/^VmRSS:\s+(\d+) kB/m);
+    return m ? Number(m[1]) : null;
+  } catch { return null; }
+}
+const median = (xs) => (xs.length === 0 ? null : [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)]);
+// Baseline: the median over the minute after the warm-up; final: the median of the last five
+// samples under load. Medians, so one sample taken mid-burst does not decide.
+function rssCheck(seconds) {
+  const warmup = opts.warmup ?? Math.round(Math.min(300, seconds / 5));
+  const span = Math.max(30, Math.min(60, seconds / 10));
+  const base = median(rssSamples.filter((s) => s.t >= warmup && s.t < warmup + span).map((s) => s.kb));
+  const final = median(rssSamples.slice(-5).map((s) => s.kb));
+  const peak = Math.max(...rssSamples.filter((s) => s.t >= warmup).map((s) => s.kb));
+  const first = rssSamples[0]?.kb ?? null;
+  const growth = base && final ? (100 * (final - base)) / base : null;
+  const mb = (kb) => (kb === null ? null : Number((kb / 1024).toFixed(1)));
+  const report = { samples: rssSamples.length, warmup_s: warmup, start_mb: mb(first), after_warmup_mb: mb(base),
+                   final_mb: mb(final), peak_after_warmup_mb: Number.isFinite(peak) ? mb(peak) : null,
+                   growth_pct: growth === null ? null : Number(growth.toFixed(2)) };
+  if (opts.rssGrowthLimit === null) return { report, check: null };
+  const ok = growth !== null && growth < opts.rssGrowthLimit;
+  return { report, check: { name: `RSS grows < ${opts.rssGrowthLimit}% after the ${warmup} s warm-up`, ok,
+                            detail: growth === null ? 'too few samples (the run is shorter than the warm-up + a minute?)'
+                                                    : `${report.after_warmup_mb} -> ${report.final_mb} MB, ${report.growth_pct}%` } };
+}
+
 // ---- metrics ----
 function metricValue(text, name, labelFilter) {
   let sum = null;
@@ -567,6 +676,15 @@ async function postChecks() {
   const checks = [];
   const health = await getText('/health').catch((e) => ({ status: 0, body: e.message }));
   checks.push({ name: 'GET /health is 200', ok: health.status === 200, detail: `${health.status} ${health.body}` });
+  // It still generates: 8 greedy tokens, ignoring EOS.
+  const gen = await fetch(BASE + '/v1/completions', {
+    method: 'POST', headers: { 'content-type': 'application/json' }, signal: AbortSignal.timeout(20_000),
+    body: JSON.stringify({ model: MODEL, prompt: 'Once upon a time', max_tokens: 8, temperature: 0, ignore_eos: true }),
+  }).then(async (r) => ({ status: r.status, body: safeParse(await r.text()) })).catch((e) => ({ status: 0, error: e.message }));
+  checks.push({ name: 'a completion after the load returns its 8 tokens',
+                ok: gen.status === 200 && gen.body?.usage?.completion_tokens === 8,
+                detail: gen.status === 200 ? `completion_tokens ${gen.body?.usage?.completion_tokens}`
+                                           : `${gen.status} ${gen.error ?? JSON.stringify(gen.body).slice(0, 120)}` });
   let used = null;
   let running = null;
   let waiting = null;
@@ -620,6 +738,7 @@ const pct = (xs, p) => {
 // ---- main ----
 async function main() {
   const port = await startServer();
+  PORT = port;
   BASE = `http://127.0.0.1:${port}`;
   await waitHealthy();
   info(`load-test: ${opts.clients} clients for ${opts.seconds} s against ${BASE} (seed ${opts.seed})`);
@@ -629,14 +748,20 @@ async function main() {
   if (!opts.json) {
     progress = setInterval(() => {
       const el = (performance.now() - t0) / 1000;
+      const rss = rssSamples.at(-1)?.kb;
       info(`  ${el.toFixed(0)} s: ${stats.started} started, ${stats.completed} completed, ${stats.cancelled} ` +
-           `cancelled, ${stats.errors4xxExpected} 4xx, ${stats.rateLimited} 429, ${stats.lost} lost, ` +
-           `${stats.unexpected} unexpected`);
+           `cancelled, ${stats.disconnected} dropped, ${stats.errors4xxExpected} 4xx, ${stats.rateLimited} 429, ` +
+           `${stats.lost} lost, ${stats.unexpected} unexpected, RSS ${rss ? (rss / 1024).toFixed(1) : '?'} MB`);
     }, 10_000);
   }
+  const sampler = setInterval(() => {
+    const kb = readRssKb();
+    if (kb !== null) rssSamples.push({ t: (performance.now() - t0) / 1000, kb });
+  }, 5_000);
   const loops = Array.from({ length: opts.clients }, async () => {
     while (performance.now() < endAt && !serverGone) {
-      const plan = rand() < 0.05 ? invalidPlan() : validPlan();
+      const r = rand();
+      const plan = r < 0.05 ? invalidPlan() : r < 0.08 ? disconnectPlan() : validPlan();
       const lostBefore = stats.lost;
       const wait = await oneRequest(plan);
       if (wait > 0) await sleep(wait);
@@ -645,16 +770,18 @@ async function main() {
   });
   await Promise.all(loops);
   clearInterval(progress);
+  clearInterval(sampler);
   const elapsed = (performance.now() - t0) / 1000;
+  const rss = rssCheck(elapsed);
   if (serverGone) {
     info(`load-test: the server exited during the run (code ${serverGone.code}, signal ${serverGone.signal})`);
   }
   const post = await postChecks();
   const stop = await stopServer();
-  const checks = [...post.checks, stop];
+  const checks = [...post.checks, ...(rss.check ? [rss.check] : []), stop];
   const ok = stats.lost === 0 && stats.unexpected === 0 && checks.every((c) => c.ok);
-  const finished = stats.completed + stats.errors4xxExpected + stats.rateLimited + stats.cancelled + stats.lost +
-                   stats.unexpected;
+  const finished = stats.completed + stats.errors4xxExpected + stats.rateLimited + stats.cancelled +
+                   stats.disconnected + stats.lost + stats.unexpected;
   const summary = {
     ok,
     seed: opts.seed,
@@ -670,6 +797,9 @@ async function main() {
     errors_expected_4xx: stats.errors4xxExpected,
     rate_limited_429: stats.rateLimited,
     cancelled: stats.cancelled,
+    disconnected: stats.disconnected,
+    completed_long_prompt: stats.long,
+    errors_by_kind: errorsByKind,
     lost: stats.lost,
     unexpected: stats.unexpected,
     errors_5xx: stats.errors5xx,
@@ -677,7 +807,9 @@ async function main() {
     accounted: finished === stats.started,
     ttft_ms: { p50: round(pct(stats.ttft, 50)), p90: round(pct(stats.ttft, 90)), p99: round(pct(stats.ttft, 99)),
                n: stats.ttft.length },
-    latency_ms: { p50: round(pct(stats.latency, 50)), p99: round(pct(stats.latency, 99)) },
+    latency_ms: { p50: round(pct(stats.latency, 50)), p90: round(pct(stats.latency, 90)),
+                  p99: round(pct(stats.latency, 99)), max: round(pct(stats.latency, 100)) },
+    rss: rss.report,
     output_tokens: stats.outputTokens,
     output_tokens_per_s: Number((stats.outputTokens / elapsed).toFixed(1)),
     output_tokens_from_usage: stats.outputTokensFromUsage,
@@ -700,11 +832,15 @@ function printSummary(s) {
     `  completed     ${s.completed} (${s.completed_stream} streamed, ${s.completed_full} whole)`,
     `  errors (4xx)  ${s.errors_expected_4xx} expected, from invalid requests`,
     `  429           ${s.rate_limited_429}`,
-    `  cancelled     ${s.cancelled}`,
+    `  cancelled     ${s.cancelled}, dropped at the socket ${s.disconnected}`,
+    `  long prompts  ${s.completed_long_prompt} completed`,
+    `  errors        ${Object.entries(s.errors_by_kind).sort((a, b) => b[1] - a[1]).map(([k, v]) => `${k}: ${v}`).join(', ') || 'none'}`,
     `  lost          ${s.lost}`,
     `  unexpected    ${s.unexpected} (5xx ${s.errors_5xx}, in-band errors ${s.in_band_errors})`,
     `  TTFT          p50 ${s.ttft_ms.p50} ms, p90 ${s.ttft_ms.p90} ms, p99 ${s.ttft_ms.p99} ms (${s.ttft_ms.n} streams)`,
-    `  latency       p50 ${s.latency_ms.p50} ms, p99 ${s.latency_ms.p99} ms`,
+    `  latency       p50 ${s.latency_ms.p50} ms, p90 ${s.latency_ms.p90} ms, p99 ${s.latency_ms.p99} ms, max ${s.latency_ms.max} ms`,
+    `  RSS           ${s.rss.start_mb} MB at start, ${s.rss.after_warmup_mb} MB after the ${s.rss.warmup_s} s warm-up, ` +
+    `${s.rss.final_mb} MB at the end (${s.rss.growth_pct}%), peak ${s.rss.peak_after_warmup_mb} MB (${s.rss.samples} samples)`,
     `  output        ${s.output_tokens} tokens, ${s.output_tokens_per_s} tokens/s`,
     `  server        ${JSON.stringify(s.server_metrics)}`,
   ];
@@ -716,7 +852,12 @@ function printSummary(s) {
   }
   for (const l of s.lost_samples) lines.push(`  lost: ${l.why} — POST ${l.path} ${l.body}`);
   for (const u of s.unexpected_samples) lines.push(`  unexpected: ${u.why} — POST ${u.path} ${u.body}`);
-  lines.push(s.ok ? 'PASS' : 'FAIL');
+  const used = s.checks.find((c) => c.name.startsWith('kv_cache_blocks'))?.detail ?? '?';
+  lines.push(`${s.ok ? 'PASS' : 'FAIL'}: ${s.requests} requests in ${s.seconds} s (${s.completed} completed, ` +
+             `${s.cancelled + s.disconnected} cancelled or dropped, ${s.errors_expected_4xx + s.rate_limited_429} ` +
+             `refused as expected), ${s.lost} lost, ${s.unexpected} unexpected, ${used} blocks held after, ` +
+             `${s.server_metrics.preemptions} preemptions, RSS ${s.rss.growth_pct ?? '?'}% after warm-up, ` +
+             `latency p50/p99 ${s.latency_ms.p50}/${s.latency_ms.p99} ms`);
   console.log(lines.join('\n'));
 }
 

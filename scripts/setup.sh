@@ -5,7 +5,8 @@ cd "$(dirname "$0")/.."
 
 packages=(cmake ninja-build g++ pkg-config libfmt-dev libspdlog-dev libcli11-dev nlohmann-json3-dev
           libpcre2-dev libutf8proc-dev libxxhash-dev libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev
-          python3-matplotlib python3-jinja2)
+          python3-matplotlib python3-jinja2
+          clang libclang-rt-14-dev)  # clang: the ASan + libFuzzer tree (build-asan, scripts/fuzz.sh)
 # Node.js runs the official OpenAI client test; install Debian's only where no node is present
 # (the machines' nodesource build bundles npm and conflicts with Debian's npm package).
 command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole test suite, in stages: the Release build's tests (all of them); the tests again
 # under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan, without the slow tests); the
-# engine and server concurrency tests under ThreadSanitizer (build-tsan); and, once
-# scripts/fuzz.sh exists, a short fuzz smoke run. Each sanitized tree builds only what it runs.
+# engine and server concurrency tests under ThreadSanitizer (build-tsan); with KVLM_FUZZ_SMOKE=1,
+# every libFuzzer target for a few seconds. Each sanitized tree builds only what it runs.
 # Prints the seconds each stage took at the end, also when a stage fails.
 # Shared models are found via KVLM_SHARED or ../shared.
 set -euo pipefail
@@ -43,9 +43,9 @@ stage tsan-tests env TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppr
   ctest --test-dir build-tsan --output-on-failure -j"$jobs" -L 'engine|server' --repeat until-fail:3
 
 # Fuzz smoke (issue 16): every fuzz target for 10 s from its corpus. Opt-in (KVLM_FUZZ_SMOKE=1)
-# until it fits the CI budget: it needs its own clang tree (build-fuzz), ~14 CPU-minutes to build
-# on 2 cores; sharing the ASan stage's libraries with it (building that stage with clang) is the
-# plan. The regression corpus itself is replayed by kvlm_fuzz_replay_tests in both runs above.
+# until the clang ASan + fuzzer-coverage tree (one sanitized build for tests and fuzzers) is
+# validated; its own clang tree (build-fuzz) costs ~14 CPU-minutes. The regression corpus is
+# replayed by kvlm_fuzz_replay_tests in both runs above.
 if [ "${KVLM_FUZZ_SMOKE:-0}" = 1 ]; then
-  stage fuzz-smoke scripts/fuzz.sh --smoke 10
+  stage fuzz-smoke scripts/fuzz.sh --smoke "${KVLM_FUZZ_SMOKE_SECONDS:-10}"
 fi

@@ -1,8 +1,10 @@
 // AVX-512 attention kernels: 16 lanes, head_dim % 16 == 0.
 // GCC 12 reports its own _mm512_undefined_* helpers (self-initialised on purpose)
 // as (maybe-)uninitialized once they are inlined into our loops; nothing of ours is.
+#if !defined(__clang__)  // clang has no -Wmaybe-uninitialized
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 
 #include <immintrin.h>
 

@@ -4,7 +4,7 @@
 
 namespace kvlm {
 
-BlockPool::BlockPool(int num_blocks) {
+BlockPool::BlockPool(int num_blocks, FaultInjection* faults) : faults_(faults) {
   KVLM_CHECK(num_blocks >= 0, "BlockPool needs num_blocks >= 0, got {}", num_blocks);
   ref_counts_.assign(static_cast<size_t>(num_blocks), 0);
   prev_free_.assign(static_cast<size_t>(num_blocks), kNone);
@@ -55,6 +55,7 @@ void BlockPool::unlink_free(int32_t id) {
 
 std::optional<BlockId> BlockPool::allocate() {
   if (num_free_ == 0) return std::nullopt;
+  if (faults_ != nullptr && faults_->should_fail(FaultInjection::Site::kBlockAllocation)) return std::nullopt;
   const int32_t id = pop_front_free();
   KVLM_CHECK(ref_counts_[static_cast<size_t>(id)] == 0, "free block {} has ref count {}", id,
              ref_counts_[static_cast<size_t>(id)]);

@@ -5,6 +5,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/fault_injection.h"
 #include "core/ids.h"
 
 namespace kvlm {
@@ -20,9 +21,12 @@ namespace kvlm {
 // the blocks left is unchanged.
 class BlockPool {
  public:
-  explicit BlockPool(int num_blocks);
+  // faults (tests only, not owned, may be null): FaultInjection::Site::kBlockAllocation makes a
+  // chosen allocate() answer nullopt although blocks are free, so every caller's "no room" path
+  // runs, not only the ones a full pool reaches.
+  explicit BlockPool(int num_blocks, FaultInjection* faults = nullptr);
 
-  // A block with ref count 1, or nullopt when no block is free. Never throws.
+  // A block with ref count 1, or nullopt when no block is free (or a fault is injected). Never throws.
   std::optional<BlockId> allocate();
   // Adds a reference to a block in use (sharing it with another sequence).
   void acquire(BlockId block);
@@ -54,6 +58,7 @@ class BlockPool {
   int32_t free_head_ = kNone;
   int32_t free_tail_ = kNone;
   int num_free_ = 0;
+  FaultInjection* faults_ = nullptr;
 };
 
 }  // namespace kvlm

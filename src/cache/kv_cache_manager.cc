@@ -4,8 +4,8 @@
 
 namespace kvlm {
 
-KvCacheManager::KvCacheManager(int num_blocks, int block_size)
-    : block_size_(block_size), pool_(num_blocks), prefix_(num_blocks, block_size) {
+KvCacheManager::KvCacheManager(int num_blocks, int block_size, FaultInjection* faults)
+    : block_size_(block_size), pool_(num_blocks, faults), prefix_(num_blocks, block_size) {
   KVLM_CHECK(block_size > 0, "block_size must be > 0, got {}", block_size);
 }
 
@@ -34,11 +34,17 @@ bool KvCacheManager::reserve(SeqId seq, int num_new_tokens) {
   const int64_t wanted_blocks = (wanted_tokens + block_size_ - 1) / block_size_;
   const int64_t missing = wanted_blocks - t.num_blocks();
   if (missing <= 0) return true;
-  // Check first, so that a failure leaves the table and the pool untouched.
+  // Check first: the common failure leaves the table and the pool untouched.
   if (missing > pool_.num_free()) return false;
+  const int old_num_blocks = t.num_blocks();
   for (int64_t i = 0; i < missing; ++i) {
     const std::optional<BlockId> block = allocate_block();
-    KVLM_CHECK(block.has_value(), "pool reported {} free blocks but ran out", pool_.num_free());
+    if (!block) {
+      // An allocation may still fail (allocate() promises only a value, and tests inject it):
+      // hand back this call's blocks, newest first, so the caller sees a plain "no room".
+      while (t.num_blocks() > old_num_blocks) release_block(t.pop_block());
+      return false;
+    }
     t.push_block(*block);
   }
   return true;

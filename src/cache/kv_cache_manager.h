@@ -63,13 +63,15 @@ struct PrefixCacheStats {
 // block is full and its K/V written, publish_block(seq, idx, hashes[idx], its tokens).
 class KvCacheManager {
  public:
-  KvCacheManager(int num_blocks, int block_size);
+  // faults: a test seam handed to the pool (see BlockPool); null in production.
+  KvCacheManager(int num_blocks, int block_size, FaultInjection* faults = nullptr);
 
   // A new, empty sequence. Ids are never reused, so a stale id is caught by CHECKs.
   SeqId create_sequence();
   // Makes room for num_new_tokens more tokens: allocates the blocks needed so the
-  // sequence can hold num_tokens + num_new_tokens. Returns false, changing
-  // nothing, when the pool does not have enough free blocks.
+  // sequence can hold num_tokens + num_new_tokens. Returns false when the pool does not have
+  // enough free blocks or an allocation fails part way: the table is then unchanged and the
+  // blocks taken so far are back in the pool (cached-free ones among them were evicted).
   [[nodiscard]] bool reserve(SeqId seq, int num_new_tokens);
   // Marks num_new_tokens more tokens as cached; they must have been reserved.
   void append(SeqId seq, int num_new_tokens);

@@ -36,7 +36,16 @@ void ThreadPool::drain_tasks() {
   for (;;) {
     const int64_t task = next_task_.fetch_add(1, std::memory_order_relaxed);
     if (task >= num_tasks_) return;
-    (*job_)(task);
+    // After a task threw, the rest are only counted: run() rethrows on the caller's thread.
+    if (!failed_.load(std::memory_order_relaxed)) {
+      try {
+        (*job_)(task);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mutex_);
+        if (!error_) error_ = std::current_exception();
+        failed_.store(true, std::memory_order_relaxed);
+      }
+    }
     tasks_done_.fetch_add(1, std::memory_order_acq_rel);
   }
 }
@@ -82,6 +91,7 @@ void ThreadPool::run(int64_t num_tasks, const std::function<void(int64_t)>& fn) 
     num_tasks_ = num_tasks;
     next_task_.store(0, std::memory_order_relaxed);
     tasks_done_.store(0, std::memory_order_relaxed);
+    failed_.store(false, std::memory_order_relaxed);
     generation_.fetch_add(1, std::memory_order_release);
   }
   wake_.notify_all();
@@ -91,11 +101,17 @@ void ThreadPool::run(int64_t num_tasks, const std::function<void(int64_t)>& fn) 
       std::lock_guard<std::mutex> lock(mutex_);
       if (active_workers_ == 0) {
         job_ = nullptr;
-        return;
+        break;
       }
     }
     KVLM_CPU_RELAX();
   }
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> lock(error_mutex_);
+    std::swap(error, error_);
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 void ThreadPool::parallel_for(int64_t n, int64_t min_chunk, const std::function<void(int64_t, int64_t)>& fn) {

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -22,7 +23,10 @@ class ThreadPool {
   int num_threads() const { return num_threads_; }
 
   // Runs fn(task_idx) for task_idx in [0, num_tasks) across the threads and waits for all.
-  // Tasks are handed out dynamically, so uneven tasks balance. Not reentrant.
+  // Tasks are handed out dynamically, so uneven tasks balance. Not reentrant. When a task throws
+  // (std::bad_alloc in a kernel's scratch, say), the tasks not yet begun are skipped and run()
+  // rethrows the first exception on the caller's thread once every thread is out: a worker never
+  // ends the process, and the pool stays usable.
   void run(int64_t num_tasks, const std::function<void(int64_t)>& fn);
 
   // Splits [0, n) into contiguous chunks of at least `min_chunk` and calls fn(begin, end).
@@ -44,6 +48,9 @@ class ThreadPool {
   std::atomic<int64_t> next_task_{0};
   std::atomic<int64_t> tasks_done_{0};
   std::atomic<uint64_t> generation_{0};
+  std::atomic<bool> failed_{false};  // a task of the current run() threw
+  std::mutex error_mutex_;
+  std::exception_ptr error_;  // the first exception of the current run(); guarded by error_mutex_
   int active_workers_ = 0;  // workers inside drain_tasks(); guarded by mutex_
   bool stopping_ = false;
 };

@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <new>
 #include <unordered_set>
 
 #include <fmt/format.h>
@@ -88,7 +89,7 @@ Engine::Engine(LlamaModel& model, ThreadPool& pool, const EngineOptions& options
       pool_(pool),
       options_(options),
       storage_(std::move(storage)),
-      cache_(options.num_blocks, options.block_size) {
+      cache_(options.num_blocks, options.block_size, options.faults.get()) {
   // Everything that changes a block's bytes for the same tokens: a hit must never cross it.
   const GgufFile& file = model.file();
   cache_identity_ = fmt::format("model={}|size={}|tensors={}|data={}|k={}|v={}|rotate={}|kivi={}|block={}",
@@ -506,11 +507,7 @@ void Engine::schedule_and_run() {
     waiting_.pop_front();
   }
 
-  if (!planned.empty()) {
-    std::vector<SequenceStep> steps;
-    steps.reserve(planned.size());
-    for (EngineRequest* r : planned) steps.push_back(r->step);
-    model_.forward_batch(steps, *storage_, pool_, logits_);
+  if (!planned.empty() && run_forward(planned)) {
     {
       const uint64_t staging = storage_->staging_bytes();
       std::lock_guard<std::mutex> lock(mutex_);
@@ -530,6 +527,28 @@ void Engine::schedule_and_run() {
   std::erase_if(running_, [](const auto& r) { return r->done; });
   std::erase_if(waiting_, [](const auto& r) { return r->done; });
   note_usage();
+}
+
+bool Engine::run_forward(const std::vector<EngineRequest*>& planned) {
+  try {
+    std::vector<SequenceStep> steps;
+    steps.reserve(planned.size());
+    for (EngineRequest* r : planned) steps.push_back(r->step);
+    if (options_.faults && options_.faults->should_fail(FaultInjection::Site::kStepForward)) throw std::bad_alloc();
+    model_.forward_batch(steps, *storage_, pool_, logits_);
+    return true;
+  } catch (const std::bad_alloc&) {
+    // Scratch buffers grow with the step's tokens; the K/V of this step is half written and
+    // uncommitted. Retrying the same batch would likely fail again, so its requests end with a
+    // clear error and give their blocks back (published blocks hold only earlier, whole steps).
+    for (EngineRequest* r : planned) {
+      r->planned = 0;
+      finish(*r, FinishReason::kError,
+             fmt::format("out of memory in the forward pass of a step of {} request(s); the request was ended",
+                         planned.size()));
+    }
+    return false;
+  }
 }
 
 void Engine::note_usage() {

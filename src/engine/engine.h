@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cache/kv_cache_manager.h"
+#include "core/fault_injection.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "engine/engine_metrics.h"
@@ -43,6 +44,9 @@ struct EngineOptions {
   int max_batch_tokens = 512;    // tokens per step (decode tokens + prompt chunks)
   int max_seqs = 64;             // requests running at once
   bool prefix_caching = true;
+  // Tests only: makes chosen block allocations or forwards fail (core/fault_injection.h). Null
+  // in production.
+  std::shared_ptr<FaultInjection> faults;
 };
 
 // Scheduling (vLLM v1's one invariant): every request's computed tokens catch up to its known
@@ -52,7 +56,10 @@ struct EngineOptions {
 // long prompt advances a chunk per step beside the decodes. When a running request cannot get
 // a block, the lowest-priority, most recently admitted running request is preempted: its blocks
 // go back (published ones stay findable, so it usually resumes from the prefix cache) and it
-// returns to the front of the waiting queue; it later produces exactly what it would have.
+// returns to the front of the waiting queue; it later produces exactly what it would have. A
+// failed block allocation is answered the same way, whatever its cause. A forward that runs out
+// of host memory (std::bad_alloc) ends the requests of that step with kError; the engine and
+// every other request carry on.
 //
 // Threads: submit, cancel and metrics may be called from any thread, callbacks included. step()
 // runs on one thread at a time (the caller's, or the engine's own after start()); callbacks run
@@ -115,6 +122,8 @@ class Engine {
   void after_forward(EngineRequest& request, int taken, const float* logits, int num_rows);
   void emit_token(EngineRequest& request, TokenId token, std::string text);
   void note_usage();
+  // The batched forward; false when it ran out of memory (the step's requests then ended).
+  bool run_forward(const std::vector<EngineRequest*>& planned);
 
   LlamaModel& model_;
   ThreadPool& pool_;

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -61,6 +62,12 @@ class GgufFile {
   Result<std::vector<std::string>> get_string_array(std::string_view key) const;
   Result<std::vector<float>> get_float_array(std::string_view key) const;   // float or integer elements
   Result<std::vector<int64_t>> get_int_array(std::string_view key) const;   // integer elements
+
+  // The whole file where it lies in memory, and whether that is a mapping of the file on disk
+  // (open) rather than a copy (from_bytes): a mapping reads the file as it is now, so a file
+  // truncated under it faults (SIGBUS) past its new end.
+  std::span<const uint8_t> bytes() const { return {base_, static_cast<size_t>(size_)}; }
+  bool is_mapped() const { return mapping_ != nullptr; }
 
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
   const GgufTensorInfo* find_tensor(std::string_view name) const;  // nullptr when absent

@@ -1,8 +1,10 @@
 // AVX-512 kernels for rms_norm, silu_mul and softmax, with a vector exp.
 // GCC 12's AVX-512 intrinsic headers seed results with _mm*_undefined_*(), which its own
 // uninitialized-use warnings flag at every call site (GCC bug 105593); the code is fine.
+#if !defined(__clang__)  // clang has no -Wmaybe-uninitialized
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <cmath>

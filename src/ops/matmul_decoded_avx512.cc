@@ -1,8 +1,10 @@
 // AVX-512 VNNI kernel for the 32-element block types added after Q8_0 / Q4_0
 // (matmul_decode_avx2.h): one vpdpbusd per block and token (unsigned codes, or |v| with
 // a·sign(v) for signed codes), with 32 registers for larger rows × tokens tiles.
+#if !defined(__clang__)  // clang has no -Wmaybe-uninitialized
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include "ops/matmul_decode_avx2.h"

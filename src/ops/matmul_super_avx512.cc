@@ -5,8 +5,10 @@
 // vpmaddwd does the pair sum and the scale multiply in one instruction, which a vpdpbusd would
 // need a vpmulld after (scales change every 16 elements), so VNNI buys nothing here.
 // GCC 12's AVX-512 headers trip its uninitialized-use warnings (GCC bug 105593).
+#if !defined(__clang__)  // clang has no -Wmaybe-uninitialized
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include "core/check.h"

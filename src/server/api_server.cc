@@ -2,6 +2,7 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -177,7 +178,14 @@ Result<int> ApiServer::bind() {
   svr.set_payload_max_length(options_.max_body_bytes);
   svr.set_keep_alive_max_count(1000);
   svr.set_read_timeout(30, 0);
-  svr.set_write_timeout(30, 0);
+  // httplib waits this long for a socket to take bytes, in every write and in is_writable(); a
+  // response handler that gets false cancels its request (generation_handler.cc). Meanwhile the
+  // engine keeps stepping every other request; the stalled one's unsent events wait in its
+  // session, so what it buffers is bounded by what the engine makes in this time.
+  const double write_timeout = std::max(0.001, options_.write_timeout_seconds);
+  const auto write_seconds = static_cast<time_t>(write_timeout);
+  svr.set_write_timeout(write_seconds,
+                        static_cast<time_t>((write_timeout - static_cast<double>(write_seconds)) * 1e6));
 
   // httplib listens with a backlog of 5; the listening socket's fd is taken here so it can be
   // raised for bursts of connections (listen() again on a listening socket updates it).

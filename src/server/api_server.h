@@ -34,6 +34,9 @@ struct ServerOptions {
   int max_streams = 0;             // streaming responses at once (429 beyond); 0: only max_queue bounds them
   size_t max_body_bytes = 8u << 20;
   double request_timeout_seconds = 600;  // 0 = none
+  // A client that accepts no bytes for this long (a slow consumer: it stopped reading but keeps
+  // the socket open) is treated as gone: its request is cancelled and its KV blocks go back.
+  double write_timeout_seconds = 30;
   int http_threads = 0;            // 0: enough for max_seqs + max_queue streams
   int listen_backlog = 1024;
   bool log_prompts = false;

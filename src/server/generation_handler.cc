@@ -265,7 +265,7 @@ void handle_generation(ApiServer& server, Endpoint endpoint, const httplib::Requ
     log.cached_tokens = usage.cached_tokens;
     log.completion_tokens = usage.completion_tokens;
     if (client_gone) {
-      log.note = "cancelled: client disconnected";
+      log.note = "cancelled: client disconnected or stopped reading (--write-timeout)";
       return false;  // nothing more can be written; httplib closes the connection
     }
     std::optional<ApiError> failure;

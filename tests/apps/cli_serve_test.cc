@@ -1,13 +1,8 @@
 // `kvlm serve` as a process (SIGTERM drains and exits 0) and `kvlm chat` reusing earlier turns.
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
-#include <fstream>
 #include <regex>
-#include <sstream>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -15,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "support/listening_sockets.h"
+#include "support/serve_process.h"
 #include "support/subprocess.h"
 #include "support/test_paths.h"
 
@@ -25,62 +21,10 @@ using nlohmann::json;
 using testing::kvlm_binary;
 using testing::run_command;
 
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// A `kvlm serve` child with its stderr in a file; the port is read from its log.
-class ServeProcess {
+// `kvlm serve` as a child process whose log goes to cli_serve/serve.log.
+class ServeProcess : public testing::ServeProcess {
  public:
-  explicit ServeProcess(const std::vector<std::string>& args) {
-    log_ = testing::scratch_dir("cli_serve") / "serve.log";
-    pid_ = fork();
-    if (pid_ == 0) {
-      const int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(fd, STDERR_FILENO);
-      dup2(fd, STDOUT_FILENO);
-      std::vector<std::string> all = {kvlm_binary(), "serve", "--port", "0"};
-      all.insert(all.end(), args.begin(), args.end());
-      std::vector<char*> argv;
-      for (auto& a : all) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-  }
-  ~ServeProcess() {
-    if (pid_ > 0 && !exited_) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-  // Waits for "ready: http://127.0.0.1:PORT"; 0 when it never came.
-  int wait_ready() {
-    const std::regex ready(R"(ready: http://127\.0\.0\.1:(\d+)/v1)");
-    for (int i = 0; i < 500; ++i) {
-      std::smatch m;
-      const std::string log = read_file(log_);
-      if (std::regex_search(log, m, ready)) return std::stoi(m[1]);
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return 0;
-  }
-  int terminate_and_wait() {
-    kill(pid_, SIGTERM);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    exited_ = true;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-  std::string log() const { return read_file(log_); }
-
- private:
-  pid_t pid_ = -1;
-  bool exited_ = false;
-  std::filesystem::path log_;
+  explicit ServeProcess(const std::vector<std::string>& args) : testing::ServeProcess("cli_serve", args) {}
 };
 
 TEST(CliServe, SigtermDrainsInFlightStreamsAndExitsZero) {

@@ -1,7 +1,10 @@
 #include "core/thread_pool.h"
 
 #include <atomic>
+#include <chrono>
+#include <new>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -28,6 +31,32 @@ TEST(ThreadPool, ParallelForCoversRangeExactly) {
       for (int64_t i = b; i < e; ++i) hits[i].fetch_add(1);
     });
     for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+  }
+}
+
+// A kernel that runs out of memory on a worker must not end the process: the caller gets the
+// exception (the engine then ends that step's requests) and the pool keeps working.
+TEST(ThreadPool, ATaskThatThrowsOnAWorkerIsRethrownToTheCaller) {
+  ThreadPool pool(2);
+  for (int round = 0; round < 20; ++round) {
+    std::atomic<int> ran{0};
+    std::atomic<bool> worker_threw{false};
+    const std::thread::id caller = std::this_thread::get_id();
+    EXPECT_THROW(pool.run(64,
+                          [&](int64_t i) {
+                            ran.fetch_add(1);
+                            // Thrown by whichever thread takes a task first other than the
+                            // caller, else by the caller's last task: every round throws.
+                            if ((std::this_thread::get_id() != caller && !worker_threw.exchange(true)) || i == 63) {
+                              throw std::bad_alloc();
+                            }
+                            std::this_thread::sleep_for(std::chrono::microseconds(50));
+                          }),
+                 std::bad_alloc);
+    EXPECT_LE(ran.load(), 64);
+    std::atomic<int> after{0};
+    pool.run(64, [&](int64_t) { after.fetch_add(1); });
+    EXPECT_EQ(after.load(), 64) << "round " << round;
   }
 }
 

@@ -28,12 +28,6 @@ class EnginePoolTest : public ::testing::Test {
     options_.num_blocks = 64;
     options_.max_batch_tokens = 32;
   }
-  void expect_all_back(const Engine& engine) {
-    engine.cache().check_invariants();
-    EXPECT_EQ(engine.cache().num_used_blocks(), 0);
-    EXPECT_EQ(engine.leaked_blocks(), 0);
-    for (int b = 0; b < engine.cache().num_blocks(); ++b) EXPECT_EQ(engine.cache().pool().ref_count(BlockId(b)), 0);
-  }
   LlamaModel* model_ = nullptr;
   ThreadPool pool_{2};
   EngineOptions options_;
@@ -56,7 +50,7 @@ TEST_F(EnginePoolTest, CancelledInPrefillAndInDecodeGiveEveryBlockBack) {
   EXPECT_EQ(in_prefill.tokens.size(), 0u);
   EXPECT_EQ(in_decode.finish, FinishReason::kCancelled);
   EXPECT_EQ(engine->metrics().requests_cancelled, 2);
-  expect_all_back(*engine);
+  testing::expect_every_block_back(*engine);
 }
 
 TEST_F(EnginePoolTest, RejectedAtSubmissionWithAClearError) {
@@ -81,7 +75,7 @@ TEST_F(EnginePoolTest, RejectedAtSubmissionWithAClearError) {
   EXPECT_FALSE(engine->submit(bad_policy, {}).ok());
   EXPECT_EQ(engine->metrics().requests_rejected, 5);
   EXPECT_EQ(engine->metrics().requests_submitted, 0);
-  expect_all_back(*engine);
+  testing::expect_every_block_back(*engine);
 }
 
 TEST_F(EnginePoolTest, StopTokensAndStopStringsEndTheRequest) {
@@ -113,7 +107,7 @@ TEST_F(EnginePoolTest, StopTokensAndStopStringsEndTheRequest) {
     EXPECT_EQ(by_string.finish, FinishReason::kStop);
     EXPECT_EQ(by_string.text, text.substr(0, text.find(stop)));
   }
-  expect_all_back(*engine);
+  testing::expect_every_block_back(*engine);
 }
 
 TEST_F(EnginePoolTest, ALongPromptNeverStallsTheDecodes) {
@@ -136,7 +130,7 @@ TEST_F(EnginePoolTest, ALongPromptNeverStallsTheDecodes) {
   }
   engine->run_until_idle();
   EXPECT_EQ(long_prompt.finish, FinishReason::kLength);
-  expect_all_back(*engine);
+  testing::expect_every_block_back(*engine);
 }
 
 // A pool model: which requests exist and what each must end as; the engine's cache is checked
@@ -189,7 +183,7 @@ TEST_F(EnginePoolTest, RandomizedSubmitStepCancelKeepsThePoolExact) {
     }
   }
   engine->run_until_idle();
-  expect_all_back(*engine);
+  testing::expect_every_block_back(*engine);
   EXPECT_GT(engine->metrics().preemptions, 0);
   for (const auto& [id, out] : outputs) {
     EXPECT_NE(out.finish, FinishReason::kNone) << "request " << id << " never finished";

@@ -84,6 +84,14 @@ inline RequestOutput run_alone(LlamaModel& model, const EngineOptions& options, 
   return out;
 }
 
+// After a run: the pool's invariants hold, no block is used or leaked, every ref count is 0.
+inline void expect_every_block_back(const Engine& engine) {
+  engine.cache().check_invariants();
+  EXPECT_EQ(engine.cache().num_used_blocks(), 0);
+  EXPECT_EQ(engine.leaked_blocks(), 0);
+  for (int b = 0; b < engine.cache().num_blocks(); ++b) EXPECT_EQ(engine.cache().pool().ref_count(BlockId(b)), 0);
+}
+
 // Largest |a - b| over the largest |b| (the rows are compared as one vector).
 inline double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
   double worst = 0, scale = 0;
