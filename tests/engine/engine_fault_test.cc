@@ -34,10 +34,7 @@ class EngineFaultTest : public ::testing::Test {
  protected:
   void SetUp() override {
     model_ = &testing::tiny_engine_model("tiny-mha");
-    options_.k_type = options_.v_type = KvType::kF16;
-    options_.block_size = 4;
-    options_.num_blocks = 64;
-    options_.max_batch_tokens = 32;  // a 100-token prompt is prefilled in chunks, several blocks each
+    options_ = testing::small_pool_options();  // a 100-token prompt is prefilled in chunks
     faults_ = std::make_shared<FaultInjection>();
     options_.faults = faults_;
 

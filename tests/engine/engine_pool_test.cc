@@ -23,10 +23,7 @@ class EnginePoolTest : public ::testing::Test {
  protected:
   void SetUp() override {
     model_ = &testing::tiny_engine_model("tiny-mha");
-    options_.k_type = options_.v_type = KvType::kF16;
-    options_.block_size = 4;
-    options_.num_blocks = 64;
-    options_.max_batch_tokens = 32;
+    options_ = testing::small_pool_options();
   }
   LlamaModel* model_ = nullptr;
   ThreadPool pool_{2};

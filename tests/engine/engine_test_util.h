@@ -27,6 +27,17 @@ inline LlamaModel& tiny_engine_model(const std::string& preset) {
   return *slot;
 }
 
+// The small paged pool the pool and fault tests share: tiny blocks (4 tokens) in a pool of 64 and a
+// 32-token step budget, so prompts span many blocks and long ones are prefilled in chunks.
+inline EngineOptions small_pool_options() {
+  EngineOptions options;
+  options.k_type = options.v_type = KvType::kF16;
+  options.block_size = 4;
+  options.num_blocks = 64;
+  options.max_batch_tokens = 32;
+  return options;
+}
+
 inline std::vector<TokenId> random_prompt(int n, int vocab, uint64_t seed) {
   Rng rng(seed);
   std::vector<TokenId> tokens(static_cast<size_t>(n));
