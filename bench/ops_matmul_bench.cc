@@ -1,6 +1,8 @@
 // matmul throughput per weight type at llama-3.2-1b shapes: decode (1 token) and a 64-token
-// prefill, on 1 and 2 threads. Weights rotate through copies larger than the last-level
-// cache, so decode numbers are DRAM bandwidth as a real model sees it.
+// prefill, on 1 and 2 threads, on the best ISA; and Q8_0 / Q4_0 over batch sizes 1-512 on every
+// ISA this CPU has (the AMX and AVX-512 token-group kernels against each other). Weights rotate
+// through copies larger than the last-level cache, so decode numbers are DRAM bandwidth as a
+// real model sees it.
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
@@ -13,6 +15,7 @@
 #include "core/quantize.h"
 #include "core/thread_pool.h"
 #include "ops/matmul.h"
+#include "ops/matmul_kernels.h"
 
 namespace kvlm {
 namespace {
@@ -43,7 +46,8 @@ struct ColdWeights {
   }
 };
 
-void bm_matmul(benchmark::State& state, GgmlType type, int64_t rows, int64_t cols, int64_t num_tokens, int threads) {
+void bm_matmul(benchmark::State& state, GgmlType type, int64_t rows, int64_t cols, int64_t num_tokens, int threads,
+               ops_internal::Isa isa) {
   const ColdWeights weights(type, rows, cols);
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -53,7 +57,7 @@ void bm_matmul(benchmark::State& state, GgmlType type, int64_t rows, int64_t col
   ThreadPool pool(threads);
   size_t next = 0;
   for (auto _ : state) {
-    matmul(weights.copies[next], x.data(), y.data(), num_tokens, pool);
+    ops_internal::matmul_with_isa(isa, weights.copies[next], x.data(), y.data(), num_tokens, pool);
     benchmark::DoNotOptimize(y.data());
     next = (next + 1) % weights.copies.size();
   }
@@ -76,10 +80,23 @@ const bool kRegistered = [] {
         for (int threads : {1, 2}) {
           const std::string name = fmt::format("matmul/{}/{}x{}/tokens:{}/threads:{}", ggml_type_name(type), shape.rows,
                                                shape.cols, num_tokens, threads);
-          benchmark::RegisterBenchmark(name.c_str(), bm_matmul, type, shape.rows, shape.cols, num_tokens, threads)
+          benchmark::RegisterBenchmark(name.c_str(), bm_matmul, type, shape.rows, shape.cols, num_tokens, threads,
+                                       ops_internal::best_isa())
               ->Unit(benchmark::kMicrosecond)
               ->UseRealTime();
         }
+      }
+    }
+  }
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0}) {
+    for (int64_t num_tokens : {1, 2, 4, 8, 12, 16, 32, 64, 128, 512}) {
+      for (ops_internal::Isa isa : ops_internal::available_isas()) {
+        if (isa == ops_internal::Isa::kPortable) continue;
+        const std::string name = fmt::format("matmul_isa/{}/2048x2048/tokens:{}/isa:{}/threads:2", ggml_type_name(type),
+                                             num_tokens, ops_internal::isa_name(isa));
+        benchmark::RegisterBenchmark(name.c_str(), bm_matmul, type, 2048, 2048, num_tokens, 2, isa)
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime();
       }
     }
   }

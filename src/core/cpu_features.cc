@@ -1,14 +1,47 @@
 #include "core/cpu_features.h"
 
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace kvlm {
 namespace {
+
+// A function-local static: cpu_features() may run during other files' static initialization.
+std::string& amx_reason_storage() {
+  static std::string reason;
+  return reason;
+}
+
+// Linux hands out the AMX tile data state (XFEATURE_XTILEDATA, 8 KB per thread) only on request,
+// once per process; threads created later share the permission. Returns "" or why it failed.
+std::string request_amx_permission() {
+#if defined(__linux__) && defined(__x86_64__)
+  constexpr long kArchGetXcompPerm = 0x1022;
+  constexpr long kArchReqXcompPerm = 0x1023;
+  constexpr int kXfeatureXtiledata = 18;
+  if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0) {
+    return std::string("the kernel refused the AMX tile permission (arch_prctl ARCH_REQ_XCOMP_PERM: ") +
+           std::strerror(errno) + ")";
+  }
+  unsigned long granted = 0;
+  if (syscall(SYS_arch_prctl, kArchGetXcompPerm, &granted) != 0 || (granted & (1ul << kXfeatureXtiledata)) == 0) {
+    return "the kernel did not report the AMX tile permission as granted";
+  }
+  return "";
+#else
+  return "AMX needs Linux on x86-64 here";
+#endif
+}
 
 #if defined(__x86_64__) || defined(__i386__)
 uint64_t read_xcr0() {
@@ -79,15 +112,37 @@ std::string CpuFeatures::summary() const {
 const CpuFeatures& cpu_features() {
   static const CpuFeatures features = [] {
     const char* forced = std::getenv("KVLM_CPU");
-    if (forced != nullptr && std::strcmp(forced, "portable") == 0) return CpuFeatures{};
+    const std::string level = forced != nullptr ? forced : "";
+    if (!level.empty() && level != "portable" && level != "avx2" && level != "avx512") {
+      std::fprintf(stderr, "kvlm: warning: KVLM_CPU=%s is not one of portable, avx2, avx512; ignored\n", forced);
+    }
+    if (level == "portable") return CpuFeatures{};
     CpuFeatures f = detect();
-    if (forced != nullptr && std::strcmp(forced, "avx2") == 0) {  // everything past AVX2 off
+    if (level == "avx2") {  // everything past AVX2 off
       f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = f.avx512vnni = f.avx512bf16 = false;
-      f.avx_vnni = f.amx_tile = f.amx_int8 = f.amx_bf16 = false;
+      f.avx_vnni = false;
+    }
+    std::string& amx_reason = amx_reason_storage();
+    if (f.amx_tile) {
+      if (level == "avx2" || level == "avx512") {
+        amx_reason = "KVLM_CPU=" + level + " turns AMX off";
+      } else {
+        amx_reason = request_amx_permission();
+        if (!amx_reason.empty()) {
+          std::fprintf(stderr, "kvlm: warning: this CPU has AMX but %s; AMX kernels are off\n",
+                       amx_reason.c_str());
+        }
+      }
+      if (!amx_reason.empty()) f.amx_tile = f.amx_int8 = f.amx_bf16 = false;
     }
     return f;
   }();
   return features;
+}
+
+const std::string& amx_unavailable_reason() {
+  cpu_features();
+  return amx_reason_storage();
 }
 
 }  // namespace kvlm

@@ -16,6 +16,8 @@ struct CpuFeatures {
   bool avx512vnni = false;
   bool avx512bf16 = false;
   bool avx_vnni = false;
+  // AMX counts as present only once Linux has granted this process the tile data state
+  // (arch_prctl ARCH_REQ_XCOMP_PERM): without it the first tile instruction is SIGILL.
   bool amx_tile = false;
   bool amx_int8 = false;
   bool amx_bf16 = false;
@@ -23,9 +25,13 @@ struct CpuFeatures {
   std::string summary() const;  // e.g. "avx2 fma f16c avx512f ..."
 };
 
-// Detected once; KVLM_CPU=portable in the environment turns every feature off, KVLM_CPU=avx2
-// every feature past AVX2/FMA/F16C, so tests and benchmarks can exercise the lower paths on
-// any machine.
+// Detected once; KVLM_CPU in the environment lowers it, so tests and benchmarks can exercise
+// the lower paths on any machine: portable turns every feature off, avx2 every feature past
+// AVX2/FMA/F16C, avx512 only AMX. Any other value is a warning on stderr (and ignored).
 const CpuFeatures& cpu_features();
+
+// Why AMX is off although the CPU has it (empty when it is on, or the CPU lacks it): the
+// kernel refused the tile permission, or KVLM_CPU turned it off.
+const std::string& amx_unavailable_reason();
 
 }  // namespace kvlm

@@ -98,6 +98,7 @@ const ElementwiseKernels& elementwise_kernels(Isa isa) {
     case Isa::kAvx2:
       return elementwise_kernels_avx2();
     case Isa::kAvx512:
+    case Isa::kAmx:  // no tile work here
       return elementwise_kernels_avx512();
     case Isa::kPortable:
       break;

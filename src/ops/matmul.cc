@@ -17,6 +17,7 @@ namespace {
 // Rows are handed to threads in groups of this many: a multiple of every kernel's row tile,
 // so only the last group of a matrix runs a remainder tile.
 constexpr int64_t kRowGroup = 4;
+constexpr int64_t kAmxRowGroup = 16;
 // A thread's share should be worth waking it for.
 constexpr int64_t kMinMacsPerChunk = 1 << 16;
 // Activations of one token chunk should stay in L2 while every row of a thread's range
@@ -33,7 +34,7 @@ bool needs_block_sums(GgmlType type) {
   return type == GgmlType::kQ4_1 || type == GgmlType::kQ5_1 || type == GgmlType::kQ5_0;
 }
 
-std::atomic<uint64_t> g_kernel_runs[3];
+std::atomic<uint64_t> g_kernel_runs[4];
 
 MatmulRowsFn decoded_rows_fn(Isa isa, ActivationFormat format) {
   const bool super = format == ActivationFormat::kSuperBlocks;
@@ -41,6 +42,7 @@ MatmulRowsFn decoded_rows_fn(Isa isa, ActivationFormat format) {
     case Isa::kAvx2:
       return super ? matmul_rows_super_avx2 : matmul_rows_decoded_avx2;
     case Isa::kAvx512:
+    case Isa::kAmx:
       return super ? matmul_rows_super_avx512 : matmul_rows_decoded_avx512;
     case Isa::kPortable:
       break;
@@ -53,6 +55,7 @@ MatmulRowsFn rows_fn(Isa isa) {
     case Isa::kAvx2:
       return matmul_rows_avx2;
     case Isa::kAvx512:
+    case Isa::kAmx:  // tokens outside the tile kernel's groups
       return matmul_rows_avx512;
     case Isa::kPortable:
       break;
@@ -65,6 +68,7 @@ QuantizeActivationsFn quantize_fn(Isa isa) {
     case Isa::kAvx2:
       return quantize_activations_avx2;
     case Isa::kAvx512:
+    case Isa::kAmx:
       return quantize_activations_avx512;
     case Isa::kPortable:
       break;
@@ -181,6 +185,15 @@ QuantizedActivations ActivationBuffer::view(int64_t num_tokens, int64_t num_bloc
   return q;
 }
 
+Bf16TokenGroups ActivationBuffer::bf16_view(int64_t num_groups, int64_t num_tokens, int64_t num_chunks) {
+  Bf16TokenGroups g;
+  g.num_groups = num_groups;
+  g.num_tokens = num_tokens;
+  g.num_chunks = num_chunks;
+  g.qs = reinterpret_cast<uint16_t*>(reserve(num_groups * num_chunks * 1024));
+  return g;
+}
+
 TokenGroupActivations ActivationBuffer::group_view(int64_t num_groups, int64_t num_tokens, int64_t num_blocks) {
   constexpr int64_t kTokens = TokenGroupActivations::kTokens;
   const int64_t num = num_groups * num_blocks;
@@ -216,10 +229,14 @@ void interleave_token_groups(const QuantizedActivations& xq, int64_t group_begin
   }
 }
 
+bool amx_takes_batch(Isa isa, GgmlType type, int64_t num_tokens) {
+  return isa == Isa::kAmx && is_classic_quantized(type) && num_tokens >= kAmxMinTokens;
+}
+
 int64_t token_groups_for_batch(Isa isa, GgmlType type, int64_t num_tokens) {
-  if (isa != Isa::kAvx512 || !is_classic_quantized(type)) return 0;
-  // A group costs about as much as 8-9 tokens on the row kernel: a remainder of 9 or more
-  // tokens is cheaper as a padded group.
+  if ((isa != Isa::kAvx512 && isa != Isa::kAmx) || !is_classic_quantized(type)) return 0;
+  // A group costs about as much as 8-9 tokens on the AVX-512 row kernel, so a remainder of 9 or
+  // more tokens is cheaper as a padded group (on either group kernel).
   constexpr int64_t kMinPaddedGroup = 9;
   const int64_t full = num_tokens / TokenGroupActivations::kTokens;
   return full + (num_tokens % TokenGroupActivations::kTokens >= kMinPaddedGroup ? 1 : 0);
@@ -227,7 +244,7 @@ int64_t token_groups_for_batch(Isa isa, GgmlType type, int64_t num_tokens) {
 
 int32_t activation_bias_offset(Isa isa, GgmlType type) {
   if (type == GgmlType::kQ4_0) return 8;
-  if (type == GgmlType::kQ8_0 && isa == Isa::kAvx512) return 128;
+  if (type == GgmlType::kQ8_0 && (isa == Isa::kAvx512 || isa == Isa::kAmx)) return 128;
   return 0;  // portable multiplies signed values; AVX2 moves Q8_0 signs onto the activations
 }
 
@@ -248,13 +265,25 @@ void matmul_with_isa(Isa isa, const WeightMatrix& w, const float* x, float* y, i
   TokenGroupActivations xg;
   int64_t num_groups = 0;  // groups of 16 tokens for the token-group kernel
   const ActivationFormat format = activation_format(w.type);
+  Bf16TokenGroups xb;
+  const bool amx = amx_takes_batch(isa, w.type, num_tokens);
+  if (amx) {  // the groups as bf16; only the tokens past them are quantized, for the row kernel
+    num_groups = token_groups_for_batch(isa, w.type, num_tokens);
+    xb = scratch_token_groups().bf16_view(num_groups, num_tokens, w.cols / 32);
+    pool.parallel_for(num_groups, 1,
+                      [&](int64_t begin, int64_t end) { convert_bf16_token_groups(x, w.cols, begin, end, xb); });
+    problem.xb = &xb;
+  }
+  const int64_t first_quantized = std::min(num_tokens, num_groups * TokenGroupActivations::kTokens);
   if (format == ActivationFormat::kBlocks32) {
     const int64_t num_blocks = w.cols / 32;
     xq = scratch_activations().view(num_tokens, num_blocks);
     const int32_t offset = is_classic_quantized(w.type) ? activation_bias_offset(isa, w.type) : 0;
     const QuantizeActivationsFn quantize = quantize_fn(isa);
     const bool sums = needs_block_sums(w.type);
-    pool.parallel_for(num_tokens, std::max<int64_t>(1, 4096 / w.cols), [&](int64_t begin, int64_t end) {
+    pool.parallel_for(num_tokens - first_quantized, std::max<int64_t>(1, 4096 / w.cols), [&](int64_t begin, int64_t end) {
+      begin += first_quantized;
+      end += first_quantized;
       quantize(x, w.cols, begin, end, offset, xq);
       for (int64_t i = begin * num_blocks; sums && i < end * num_blocks; ++i) {
         int32_t sum = 0;
@@ -264,8 +293,8 @@ void matmul_with_isa(Isa isa, const WeightMatrix& w, const float* x, float* y, i
     });
     problem.xq = &xq;
     bytes_per_token = QuantizedActivations::bytes_per_token(num_blocks);
-    num_groups = token_groups_for_batch(isa, w.type, num_tokens);
-    if (num_groups > 0) {
+    if (!amx) num_groups = token_groups_for_batch(isa, w.type, num_tokens);
+    if (num_groups > 0 && !amx) {
       xg = scratch_token_groups().group_view(num_groups, num_tokens, num_blocks);
       pool.parallel_for(num_groups, 1,
                         [&](int64_t begin, int64_t end) { interleave_token_groups(xq, begin, end, xg); });
@@ -283,17 +312,23 @@ void matmul_with_isa(Isa isa, const WeightMatrix& w, const float* x, float* y, i
 
   const int64_t tokens_per_chunk = std::max<int64_t>(8, kActivationBytesPerChunk / bytes_per_token / 8 * 8);
   const int64_t group_bytes = TokenGroupActivations::kTokens * TokenGroupActivations::bytes_per_token(w.cols / 32);
-  const int64_t groups_per_chunk = std::max<int64_t>(1, kActivationBytesPerChunk / std::max<int64_t>(1, group_bytes));
+  // The AMX kernel stages each block of weight rows once and runs every group over it.
+  const int64_t groups_per_chunk =
+      amx ? std::max<int64_t>(1, num_groups)
+          : std::max<int64_t>(1, kActivationBytesPerChunk / std::max<int64_t>(1, group_bytes));
   const int64_t first_ungrouped = std::min(num_tokens, num_groups * TokenGroupActivations::kTokens);
-  const int64_t num_row_groups = (w.rows + kRowGroup - 1) / kRowGroup;
-  const int64_t macs_per_row_group = kRowGroup * w.cols * num_tokens;
+  // The AMX kernel works on 16-row panels: a thread's rows start at a multiple of 16.
+  const int64_t row_group = amx ? kAmxRowGroup : kRowGroup;
+  const int64_t num_row_groups = (w.rows + row_group - 1) / row_group;
+  const int64_t macs_per_row_group = row_group * w.cols * num_tokens;
   const int64_t min_row_groups = std::max<int64_t>(1, (kMinMacsPerChunk + macs_per_row_group - 1) / macs_per_row_group);
   const MatmulRowsFn rows =
       format == ActivationFormat::kNone || is_classic_quantized(w.type) ? rows_fn(isa) : decoded_rows_fn(isa, format);
-  const MatmulRowsFn groups = num_groups > 0 ? matmul_token_groups_avx512 : nullptr;
+  const MatmulRowsFn groups =
+      num_groups == 0 ? nullptr : amx ? matmul_token_groups_amx : matmul_token_groups_avx512;
   pool.parallel_for(num_row_groups, min_row_groups, [&](int64_t begin, int64_t end) {
-    const int64_t row_begin = begin * kRowGroup;
-    const int64_t row_end = std::min(w.rows, end * kRowGroup);
+    const int64_t row_begin = begin * row_group;
+    const int64_t row_end = std::min(w.rows, end * row_group);
     MatmulProblem chunk = problem;
     for (int64_t g = 0; g < num_groups; g += groups_per_chunk) {
       chunk.group_begin = g;

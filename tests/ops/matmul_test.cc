@@ -95,6 +95,15 @@ std::vector<float> make_activations(int64_t num_tokens, int64_t cols, uint32_t s
   return x;
 }
 
+// f32 → bf16 → f32, rounding to nearest even (finite inputs).
+float round_to_bf16(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  bits = (bits + 0x7fff + ((bits >> 16) & 1)) & 0xffff0000u;
+  std::memcpy(&v, &bits, 4);
+  return v;
+}
+
 bool is_quantized(GgmlType type) {
   return ops_internal::activation_format(type) != ops_internal::ActivationFormat::kNone;
 }
@@ -110,11 +119,18 @@ const std::vector<GgmlType>& all_types() {
   return types;
 }
 
+// The kernels a call on `isa` must run: AMX has tile kernels for batches of kAmxMinTokens or
+// more Q8_0 / Q4_0 tokens and runs the AVX-512 kernels for everything else.
+bool amx_tiles_expected(GgmlType type, int64_t num_tokens) {
+  return (type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0) && num_tokens >= ops_internal::kAmxMinTokens;
+}
+
 // Calls matmul_with_isa and asserts that a kernel of that ISA ran (no silent fallback).
 void matmul_on(Isa isa, const WeightMatrix& w, const float* x, float* y, int64_t num_tokens, ThreadPool& pool) {
-  const uint64_t before = ops_internal::isa_kernel_runs(isa);
+  const Isa witness = isa == Isa::kAmx && !amx_tiles_expected(w.type, num_tokens) ? Isa::kAvx512 : isa;
+  const uint64_t before = ops_internal::isa_kernel_runs(witness);
   ops_internal::matmul_with_isa(isa, w, x, y, num_tokens, pool);
-  ASSERT_GT(ops_internal::isa_kernel_runs(isa), before) << "no " << ops_internal::isa_name(isa) << " kernel ran";
+  ASSERT_GT(ops_internal::isa_kernel_runs(witness), before) << "no " << ops_internal::isa_name(witness) << " kernel ran";
 }
 
 // What x becomes after the activation quantization (identical on every ISA; tested below).
@@ -158,13 +174,51 @@ std::vector<float> dequantized_activations(const std::vector<float>& x, int64_t 
 // bound covers the distance to the unquantized x: |x - d·q| ≤ (d/2)(1 + 1e-4) per element
 // (the 1e-4 covers f32 rounding of x/d), so
 // |y - Σ W·x| ≤ Σ_blocks (d_block/2)(1 + 1e-4)·Σ_{c in block}|W[r][c]| on top of the rounding bound.
+//
+// Tokens the AMX kernel computes (the groups of token_groups_for_batch) multiply bf16 operands:
+// each activation rounded to nearest even with 8 significant bits (relative error ≤ 2^-8), each
+// weight as head + tail, two such roundings (≤ 2^-16), so the operand bound is
+// |y - Σ W·x| ≤ (2^-8 + 2^-16 + 2^-24)·Σ|W·x| instead, on top of the rounding bound over the
+// rounded operands (2·cols terms: heads and tails are separate products).
+void expect_matches_bf16_reference(const TestWeights& w, const std::vector<float>& x, const std::vector<float>& y,
+                                   int64_t t) {
+  for (int64_t r = 0; r < w.rows; ++r) {
+    const float* wr = &w.dequant[r * w.cols];
+    const float* xt = &x[t * w.cols];
+    double exact = 0.0, magnitude = 0.0, exact_unrounded = 0.0, magnitude_unrounded = 0.0;
+    for (int64_t c = 0; c < w.cols; ++c) {
+      const float head = round_to_bf16(wr[c]);
+      const float tail = round_to_bf16(wr[c] - head);
+      const double xr = round_to_bf16(xt[c]);
+      exact += static_cast<double>(head) * xr + static_cast<double>(tail) * xr;
+      magnitude += std::fabs(static_cast<double>(head) * xr) + std::fabs(static_cast<double>(tail) * xr);
+      exact_unrounded += static_cast<double>(wr[c]) * xt[c];
+      magnitude_unrounded += std::fabs(static_cast<double>(wr[c]) * xt[c]);
+    }
+    const double rounding_bound = (2 * w.cols + 16) * kF32Ulp * magnitude + 1e-30;
+    const double got = y[t * w.rows + r];
+    ASSERT_NEAR(got, exact, rounding_bound) << "bf16 token " << t << " row " << r;
+    const double operand_bound = (1.0 / 256 + 1.0 / (1 << 16) + 1.0 / (1 << 24)) * magnitude_unrounded;
+    ASSERT_NEAR(got, exact_unrounded, operand_bound + rounding_bound) << "bf16 token " << t << " row " << r;
+  }
+}
+
 void expect_matches_reference(const TestWeights& w, const std::vector<float>& x, const std::vector<float>& y,
-                              int64_t num_tokens) {
+                              int64_t num_tokens, Isa isa) {
+  const int64_t bf16_tokens =
+      ops_internal::amx_takes_batch(isa, w.type, num_tokens)
+          ? std::min(num_tokens, ops_internal::token_groups_for_batch(isa, w.type, num_tokens) *
+                                     ops_internal::Bf16TokenGroups::kTokens)
+          : 0;
+  for (int64_t t = 0; t < bf16_tokens; ++t) {
+    expect_matches_bf16_reference(w, x, y, t);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
   std::vector<float> block_scales;
   const std::vector<float> xq =
       is_quantized(w.type) ? dequantized_activations(x, num_tokens, w.cols, w.type, &block_scales) : x;
   const int64_t act_block = is_super_block(w.type) ? 256 : 32;
-  for (int64_t t = 0; t < num_tokens; ++t) {
+  for (int64_t t = bf16_tokens; t < num_tokens; ++t) {
     for (int64_t r = 0; r < w.rows; ++r) {
       const float* wr = &w.dequant[r * w.cols];
       const float* xt = &xq[t * w.cols];
@@ -204,6 +258,7 @@ std::vector<TypeIsa> all_type_isas() {
   std::vector<TypeIsa> out;
   for (GgmlType type : all_types()) {
     for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) out.push_back({type, isa});
+    if (type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0) out.push_back({type, Isa::kAmx});
   }
   return out;
 }
@@ -228,12 +283,12 @@ TEST_P(MatmulTest, MatchesReferenceOnOddShapes) {
   for (int64_t rows : {1, 7, 33}) {
     for (int64_t cols : col_counts) {
       const TestWeights w = make_weights(type, rows, cols, seed++);
-      for (int64_t num_tokens : {1, 3, 8, 17}) {
+      for (int64_t num_tokens : {int64_t{1}, int64_t{3}, int64_t{8}, int64_t{17}, ops_internal::kAmxMinTokens + 9}) {
         SCOPED_TRACE(fmt::format("rows {} cols {} tokens {}", rows, cols, num_tokens));
         const std::vector<float> x = make_activations(num_tokens, cols, seed++);
         std::vector<float> y(num_tokens * rows, NAN);
         matmul_on(isa, w.matrix(), x.data(), y.data(), num_tokens, pool);
-        expect_matches_reference(w, x, y, num_tokens);
+        expect_matches_reference(w, x, y, num_tokens, isa);
         if (HasFatalFailure()) return;
       }
     }
@@ -250,7 +305,7 @@ TEST_P(MatmulTest, MatchesReferenceOnLargeBatch) {
   const std::vector<float> x = make_activations(num_tokens, w.cols, 8);
   std::vector<float> y(num_tokens * w.rows, NAN);
   matmul_on(isa, w.matrix(), x.data(), y.data(), num_tokens, pool);
-  expect_matches_reference(w, x, y, num_tokens);
+  expect_matches_reference(w, x, y, num_tokens, isa);
 }
 
 // Each output element is computed by one thread in an order fixed by (type, cols, ISA,
@@ -269,8 +324,9 @@ TEST_P(MatmulTest, DeterministicAcrossThreadCounts) {
 }
 
 // A token's outputs depend only on its own activations and on which kernel it falls to:
-// tokens in groups of 16 take the token-group kernel where the ISA has one for the type;
-// every other token matches a single-token call bit for bit.
+// tokens in groups of 16 take the token-group kernel where the ISA has one for the type (on
+// AMX, the tile kernel for batches of kAmxMinTokens or more, else the AVX-512 one); every
+// other token matches a single-token call bit for bit.
 TEST_P(MatmulTest, TokenResultsIndependentOfBatchNeighbours) {
   const auto [type, isa] = GetParam();
   constexpr int64_t kGroup = ops_internal::TokenGroupActivations::kTokens;
@@ -296,9 +352,14 @@ TEST_P(MatmulTest, TokenResultsIndependentOfBatchNeighbours) {
   }
   std::vector<float> y2(2 * kGroup * w.rows);
   matmul_on(isa, w.matrix(), x2.data(), y2.data(), 2 * kGroup, pool);
+  // Against the 19-token call only where both calls take the same group kernel.
+  const bool same_kernel = ops_internal::amx_takes_batch(isa, type, 2 * kGroup) ==
+                           ops_internal::amx_takes_batch(isa, type, num_tokens);
   for (int64_t t = 0; t < kGroup; ++t) {
-    ASSERT_EQ(std::memcmp(&y2[(kGroup - 1 - t) * w.rows], &y[t * w.rows], w.rows * sizeof(float)), 0) << t;
-    ASSERT_EQ(std::memcmp(&y2[(kGroup + t) * w.rows], &y[t * w.rows], w.rows * sizeof(float)), 0) << t;
+    ASSERT_EQ(std::memcmp(&y2[(kGroup - 1 - t) * w.rows], &y2[(kGroup + t) * w.rows], w.rows * sizeof(float)), 0) << t;
+    if (same_kernel) {
+      ASSERT_EQ(std::memcmp(&y2[(kGroup + t) * w.rows], &y[t * w.rows], w.rows * sizeof(float)), 0) << t;
+    }
   }
   // 16 + 12 tokens: the last 12 fill a padded group where the ISA groups tokens.
   const int64_t num_tokens3 = kGroup + 12;
@@ -309,6 +370,28 @@ TEST_P(MatmulTest, TokenResultsIndependentOfBatchNeighbours) {
   matmul_on(isa, w.matrix(), x3.data(), y3.data(), num_tokens3, pool);
   for (int64_t t = 0; t < 12; ++t) {
     ASSERT_EQ(std::memcmp(&y3[(kGroup + t) * w.rows], &y[t * w.rows], w.rows * sizeof(float)), 0) << t;
+  }
+}
+
+// The AMX kernel stages weights in row blocks (96 rows at 4096 columns) and fetches the next
+// block while computing one: many blocks, a ragged last one, a partial last group and tokens
+// left to the row kernel, on 1 and 3 threads.
+TEST(MatmulAmx, ManyRowBlocksOddRowsAndTokens) {
+  if (!ops_internal::isa_supported(Isa::kAmx)) GTEST_SKIP() << "amx is not available on this CPU";
+  ThreadPool pool1(1);
+  ThreadPool pool3(3);
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0}) {
+    const TestWeights w = make_weights(type, 333, 4096, 91);
+    // Whole groups and 5 tokens for the row kernel; whole groups and a padded one of 11.
+    for (int64_t num_tokens : {ops_internal::kAmxMinTokens + 5, ops_internal::kAmxMinTokens + 11}) {
+      SCOPED_TRACE(fmt::format("{} tokens {}", ggml_type_name(type), num_tokens));
+      const std::vector<float> x = make_activations(num_tokens, w.cols, 92);
+      std::vector<float> y1(num_tokens * w.rows, NAN), y3(num_tokens * w.rows, NAN);
+      matmul_on(Isa::kAmx, w.matrix(), x.data(), y1.data(), num_tokens, pool1);
+      expect_matches_reference(w, x, y1, num_tokens, Isa::kAmx);
+      matmul_on(Isa::kAmx, w.matrix(), x.data(), y3.data(), num_tokens, pool3);
+      ASSERT_EQ(std::memcmp(y1.data(), y3.data(), y1.size() * sizeof(float)), 0);
+    }
   }
 }
 
@@ -328,7 +411,7 @@ TEST(Matmul, RawQuantizedBlocksWithEveryByteValue) {
       SCOPED_TRACE(type_isa_name(type, isa));
       std::vector<float> y(num_tokens * w.rows, NAN);
       matmul_on(isa, w.matrix(), x.data(), y.data(), num_tokens, pool);
-      expect_matches_reference(w, x, y, num_tokens);
+      expect_matches_reference(w, x, y, num_tokens, isa);
     }
   }
 }
@@ -353,7 +436,7 @@ TEST(Matmul, LargestOperandsStayExact) {
       SCOPED_TRACE(type_isa_name(type, isa));
       std::vector<float> y(num_tokens * w.rows, NAN);
       matmul_on(isa, w.matrix(), x.data(), y.data(), num_tokens, pool);
-      expect_matches_reference(w, x, y, num_tokens);
+      expect_matches_reference(w, x, y, num_tokens, isa);
     }
   }
 }
@@ -445,7 +528,7 @@ QuantizedCopy quantize_with(Isa isa, const std::vector<float>& x, int64_t num_to
   std::memset(q.bias, 0, num_tokens * num_blocks * 8 * sizeof(int32_t));
   // Two calls over token ranges, as the thread split does.
   const int64_t split = num_tokens / 2;
-  auto quantize = isa == Isa::kAvx512 ? ops_internal::quantize_activations_avx512
+  auto quantize = isa == Isa::kAvx512 || isa == Isa::kAmx ? ops_internal::quantize_activations_avx512
                   : isa == Isa::kAvx2 ? ops_internal::quantize_activations_avx2
                                       : ops_internal::quantize_activations_portable;
   quantize(x.data(), cols, 0, split, offset, q);
