@@ -39,7 +39,6 @@ namespace {
 constexpr int kTokens = Bf16TokenGroups::kTokens;
 constexpr int kPanelRows = 16;                                 // a tile's rows
 constexpr int kChunk = Bf16TokenGroups::kChunk;                // columns per tile product
-constexpr int64_t kTileBytes = 1024;                           // 16 rows × 64 bytes
 constexpr int64_t kRowBlockBytes = int64_t{768} << 10;         // staged bf16 weights per row block
 constexpr int64_t kMaxRowBlockRows = 512;
 
