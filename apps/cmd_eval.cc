@@ -42,11 +42,13 @@ struct PplFlags {
   bool json = false;
   std::string kld_base;  // write a baseline here
   std::string kld;       // compare against this baseline
+  bool kld_other_model = false;  // the baseline may come from another model file
 };
 
 void run_ppl(const PplFlags& f, bool prefill_chunk_given) {
   const KvType k_type = f.kv.k_type(), v_type = f.kv.v_type();
   if (!f.kld_base.empty() && !f.kld.empty()) throw CliError("--kld-base and --kld cannot be used together");
+  if (f.kld_other_model && f.kld.empty()) throw CliError("--kld-other-model needs --kld");
   const KvStorageOptions storage = f.kv.storage_options();
   const EvictionOptions eviction = f.evict.eviction();
   const bool evicting = eviction.policy != EvictionPolicy::kNone;
@@ -101,7 +103,9 @@ void run_ppl(const PplFlags& f, bool prefill_chunk_given) {
     };
   } else if (!f.kld.empty()) {
     reader = value_or_throw(KldReader::open(f.kld));
-    if (f.ctx >= 8 && tokens.size() >= static_cast<size_t>(f.ctx)) throw_if_error(reader->check_matches(header));
+    if (f.ctx >= 8 && tokens.size() >= static_cast<size_t>(f.ctx)) {
+      throw_if_error(reader->check_matches(header, f.kld_other_model));
+    }
     on_scored = [&](std::span<const double> log_probs, TokenId target) -> Status {
       KVLM_RETURN_IF_ERROR(reader->read(record));
       if (record.target != target) {
@@ -168,6 +172,7 @@ void run_ppl(const PplFlags& f, bool prefill_chunk_given) {
         {"kld_stderr", k->kld_stderr}, {"kld_p99", k->kld_p99},      {"max_kld", k->max_kld},
         {"top1_agreement", k->top1_agreement}, {"rms_dp", k->rms_dp}, {"base_ppl", k->base_ppl},
         {"ppl", k->cur_ppl},          {"delta_ppl", k->delta_ppl},
+        {"baseline_model", reader->header().model_name},
     };
   }
   if (!f.kld_base.empty()) j["kld_base"] = f.kld_base;
@@ -192,7 +197,8 @@ void run_ppl(const PplFlags& f, bool prefill_chunk_given) {
               static_cast<unsigned long long>(r.kv_bytes_formula));
   std::printf("%s", planner.line().c_str());
   if (k) {
-    std::printf("vs baseline %s: base PPL %.4f, dPPL %+.6f\n", f.kld.c_str(), k->base_ppl, k->delta_ppl);
+    std::printf("vs baseline %s (model %s): base PPL %.4f, dPPL %+.6f\n", f.kld.c_str(),
+                reader->header().model_name.c_str(), k->base_ppl, k->delta_ppl);
     std::printf("KLD mean %.6g +/- %.2g, p99 %.6g, max %.6g; top-1 agreement %.4f%%; RMS dp %.4f%%\n", k->mean_kld,
                 k->kld_stderr, k->kld_p99, k->max_kld, 100 * k->top1_agreement, 100 * k->rms_dp);
   }
@@ -222,6 +228,9 @@ CLI::App* add_eval_command(CLI::App& app) {
   cmd->add_flag("--json", flags->json, "print one JSON object with all numbers");
   cmd->add_option("--kld-base", flags->kld_base, "save this run's log-probabilities as a KLD baseline");
   cmd->add_option("--kld", flags->kld, "compare against a baseline saved with --kld-base");
+  cmd->add_flag("--kld-other-model", flags->kld_other_model,
+                "--kld: the baseline may come from another model file of the same vocabulary (e.g. a quantized "
+                "file against its F32 original); tokens must still match one for one");
   cmd->callback([flags, prefill_chunk] { run_ppl(*flags, prefill_chunk->count() > 0); });
   add_eval_stream_command(eval);
   add_eval_recall_command(eval);

@@ -247,11 +247,13 @@ KldReader::~KldReader() {
   if (file_) std::fclose(file_);
 }
 
-Status KldReader::check_matches(const KldHeader& cur) const {
+Status KldReader::check_matches(const KldHeader& cur, bool other_model_ok) const {
   const KldHeader& b = header_;
-  if (b.model_name != cur.model_name || b.model_size != cur.model_size) {
-    return Status::errorf("KLD baseline '{}' was made with model {} ({} bytes), not {} ({} bytes)", path_,
-                          b.model_name, b.model_size, cur.model_name, cur.model_size);
+  if (!other_model_ok && (b.model_name != cur.model_name || b.model_size != cur.model_size)) {
+    return Status::errorf(
+        "KLD baseline '{}' was made with model {} ({} bytes), not {} ({} bytes); --kld-other-model compares "
+        "against another file of the same vocabulary",
+        path_, b.model_name, b.model_size, cur.model_name, cur.model_size);
   }
   if (b.vocab != cur.vocab) {
     return Status::errorf("KLD baseline '{}' has vocab {}, the model {}", path_, b.vocab, cur.vocab);

@@ -110,7 +110,9 @@ class KldReader {
   ~KldReader();
   const KldHeader& header() const { return header_; }
   // Checks the baseline was made with the same model file, vocabulary, ctx and token count.
-  Status check_matches(const KldHeader& current) const;
+  // other_model_ok: the model file may differ (a quantized file against its F32 original); the
+  // vocabulary, ctx and count must still match, and every record's target token is checked.
+  Status check_matches(const KldHeader& current, bool other_model_ok = false) const;
   // The next record; an error past the end or on a short read.
   Status read(KldRecord& record);
 

@@ -1,8 +1,5 @@
 #include "ops/isa.h"
 
-#include <cstdlib>
-#include <cstring>
-
 #include "core/cpu_features.h"
 
 namespace kvlm::ops_internal {
@@ -46,14 +43,7 @@ std::vector<Isa> available_isas() {
 }
 
 Isa best_isa() {
-  static const Isa best = [] {
-    const Isa top = available_isas().back();
-    // The AMX kernels are opt-in for now (KVLM_AMX=1): their bf16 rounding moved two Q8_0
-    // perplexity checks on random tiny MoE models past their 1.5e-3 bound (docs/ARCHITECTURE.md).
-    const char* amx = std::getenv("KVLM_AMX");
-    if (top == Isa::kAmx && (amx == nullptr || std::strcmp(amx, "1") != 0)) return Isa::kAvx512;
-    return top;
-  }();
+  static const Isa best = available_isas().back();
   return best;
 }
 

@@ -18,7 +18,6 @@ std::string_view isa_name(Isa isa);
 bool isa_supported(Isa isa);
 // The ISAs this CPU can run (per cpu_features()), portable first, best last.
 std::vector<Isa> available_isas();
-// The last of available_isas(), except that kAmx is used only with KVLM_AMX=1 (opt-in).
 Isa best_isa();
 
 }  // namespace kvlm::ops_internal

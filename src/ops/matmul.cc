@@ -17,7 +17,7 @@ namespace {
 // Rows are handed to threads in groups of this many: a multiple of every kernel's row tile,
 // so only the last group of a matrix runs a remainder tile.
 constexpr int64_t kRowGroup = 4;
-constexpr int64_t kAmxRowGroup = 16;
+constexpr int64_t kAmxRowGroup = 16;  // the AMX kernel's panels
 // A thread's share should be worth waking it for.
 constexpr int64_t kMinMacsPerChunk = 1 << 16;
 // Activations of one token chunk should stay in L2 while every row of a thread's range
@@ -274,6 +274,7 @@ void matmul_with_isa(Isa isa, const WeightMatrix& w, const float* x, float* y, i
                       [&](int64_t begin, int64_t end) { convert_bf16_token_groups(x, w.cols, begin, end, xb); });
     problem.xb = &xb;
   }
+  // AMX groups take bf16 activations: only the tokens past them need int8 ones.
   const int64_t first_quantized = std::min(num_tokens, num_groups * TokenGroupActivations::kTokens);
   if (format == ActivationFormat::kBlocks32) {
     const int64_t num_blocks = w.cols / 32;
@@ -281,7 +282,8 @@ void matmul_with_isa(Isa isa, const WeightMatrix& w, const float* x, float* y, i
     const int32_t offset = is_classic_quantized(w.type) ? activation_bias_offset(isa, w.type) : 0;
     const QuantizeActivationsFn quantize = quantize_fn(isa);
     const bool sums = needs_block_sums(w.type);
-    pool.parallel_for(num_tokens - first_quantized, std::max<int64_t>(1, 4096 / w.cols), [&](int64_t begin, int64_t end) {
+    const int64_t min_tokens = std::max<int64_t>(1, 4096 / w.cols);
+    pool.parallel_for(num_tokens - first_quantized, min_tokens, [&](int64_t begin, int64_t end) {
       begin += first_quantized;
       end += first_quantized;
       quantize(x, w.cols, begin, end, offset, xq);

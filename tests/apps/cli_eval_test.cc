@@ -75,6 +75,37 @@ TEST(CliEval, JsonHasAllFieldsAndKldRoundTrips) {
   EXPECT_NE(m.err.find("--ctx 256"), std::string::npos) << m.err;
 }
 
+// A baseline from another model file (the F32 original of a quantized file) is refused unless
+// --kld-other-model says so; then the tokens must still match one for one.
+TEST(CliEval, KldAgainstAnotherModelFileNeedsTheFlag) {
+  KVLM_REQUIRE_SHARED(model, "stories260K.gguf");
+  KVLM_REQUIRE_SHARED(source, "tinystories_valid_head.txt");
+  const std::string text = text_prefix(source, "cli_eval_other", 40 * 1024);
+  const auto dir = testing::scratch_dir("cli_eval_other_model");
+  const std::string copy = (dir / "copy.gguf").string();
+  std::filesystem::copy_file(model, copy, std::filesystem::copy_options::overwrite_existing);
+  const std::string base = (dir / "base.bin").string();
+  const std::string args = " --text " + text + " --ctx 128 --max-chunks 4 --threads 2";
+  const auto b = run_command(kvlm_binary() + " eval ppl --model " + model.string() + args + " --kld-base " + base);
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+
+  const auto refused = run_command(kvlm_binary() + " eval ppl --model " + copy + args + " --kld " + base);
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_EQ(count_lines(refused.err), 1) << refused.err;
+  EXPECT_NE(refused.err.find("--kld-other-model"), std::string::npos) << refused.err;
+
+  const auto other =
+      run_command(kvlm_binary() + " eval ppl --model " + copy + args + " --json --kld-other-model --kld " + base);
+  ASSERT_EQ(other.exit_code, 0) << other.err;
+  const auto k = nlohmann::json::parse(other.out)["kld"];
+  EXPECT_EQ(k["mean_kld"].get<double>(), 0.0);  // the same weights under another name
+  EXPECT_EQ(k["baseline_model"].get<std::string>(), std::filesystem::path(model).filename().string());
+
+  const auto alone = run_command(kvlm_binary() + " eval ppl --model " + copy + args + " --kld-other-model");
+  EXPECT_EQ(alone.exit_code, 1);
+  EXPECT_NE(alone.err.find("--kld-other-model needs --kld"), std::string::npos) << alone.err;
+}
+
 TEST(CliEval, MissingAndShortTextGiveOneLineErrors) {
   KVLM_REQUIRE_SHARED(model, "stories260K.gguf");
   const auto missing = run_command(kvlm_binary() + " eval ppl --model " + model.string() +

@@ -33,8 +33,7 @@ TEST(Isa, AmxIsOfferedExactlyWhenTheCpuHasItAndTheKernelGrantedTiles) {
     GTEST_SKIP() << "this CPU has no AMX-INT8: the AMX level is reported as absent";
   }
   ASSERT_TRUE(ops_internal::isa_supported(Isa::kAmx)) << amx_unavailable_reason();
-  const char* opt_in = std::getenv("KVLM_AMX");
-  EXPECT_EQ(ops_internal::best_isa(), opt_in != nullptr && std::string(opt_in) == "1" ? Isa::kAmx : Isa::kAvx512);
+  EXPECT_EQ(ops_internal::best_isa(), Isa::kAmx);
   EXPECT_TRUE(amx_unavailable_reason().empty());
   // The permission is the process's: ARCH_GET_XCOMP_PERM lists XTILEDATA (bit 18).
   unsigned long granted = 0;
@@ -63,14 +62,6 @@ TEST_F(IsaLevelTest, Avx512LevelTurnsOnlyAmxOff) {
         std::exit(ok ? 0 : 1);
       },
       ::testing::ExitedWithCode(0), "");
-}
-
-TEST_F(IsaLevelTest, AmxIsUsedWhenOptedIn) {
-  if (cpu_level_forced()) GTEST_SKIP() << "KVLM_CPU is set";
-  if (!cpuid_reports_amx_int8()) GTEST_SKIP() << "this CPU has no AMX";
-  setenv("KVLM_AMX", "1", 1);
-  EXPECT_EXIT(std::exit(ops_internal::best_isa() == Isa::kAmx ? 0 : 1), ::testing::ExitedWithCode(0), "");
-  unsetenv("KVLM_AMX");
 }
 
 TEST_F(IsaLevelTest, UnknownLevelIsAWarning) {

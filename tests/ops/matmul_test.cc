@@ -283,7 +283,8 @@ TEST_P(MatmulTest, MatchesReferenceOnOddShapes) {
   for (int64_t rows : {1, 7, 33}) {
     for (int64_t cols : col_counts) {
       const TestWeights w = make_weights(type, rows, cols, seed++);
-      for (int64_t num_tokens : {int64_t{1}, int64_t{3}, int64_t{8}, int64_t{17}, ops_internal::kAmxMinTokens + 9}) {
+      const int64_t amx_batch = ops_internal::kAmxMinTokens + 9;  // AMX groups and a padded one
+      for (int64_t num_tokens : {int64_t{1}, int64_t{3}, int64_t{8}, int64_t{17}, amx_batch}) {
         SCOPED_TRACE(fmt::format("rows {} cols {} tokens {}", rows, cols, num_tokens));
         const std::vector<float> x = make_activations(num_tokens, cols, seed++);
         std::vector<float> y(num_tokens * rows, NAN);

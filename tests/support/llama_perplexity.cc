@@ -18,6 +18,15 @@ std::optional<double> llama_window_ppl(const std::string& output, int num_window
   return std::stod(m[1].str());
 }
 
+std::optional<LlamaKld> llama_mean_kld(const std::string& output) {
+  std::smatch mean;
+  std::smatch top;
+  const std::regex mean_line(R"(Mean\s+KLD:\s+([0-9.eE+-]+)\s+±\s+([0-9.eE+-]+))");
+  const std::regex top_line(R"(Same top p:\s+([0-9.]+)\s+±)");
+  if (!std::regex_search(output, mean, mean_line) || !std::regex_search(output, top, top_line)) return std::nullopt;
+  return LlamaKld{std::stod(mean[1].str()), std::stod(mean[2].str()), std::stod(top[1].str())};
+}
+
 LlamaPerplexityRun run_llama_perplexity(const LlamaPerplexityArgs& a) {
   LlamaPerplexityRun run;
   for (int attempt = 0; attempt < 4; ++attempt) {
@@ -28,7 +37,10 @@ LlamaPerplexityRun run_llama_perplexity(const LlamaPerplexityArgs& a) {
     run.exit_code = r.exit_code;
     run.output = r.out + r.err;
     run.ppl = llama_window_ppl(run.output, a.num_windows);
-    if (run.ppl || r.exit_code != 0) break;
+    run.kld = llama_mean_kld(run.output);
+    // In --kl-divergence mode llama-perplexity prints a table instead of the running "[n]ppl".
+    const bool complete = a.expect_kld ? run.kld.has_value() : run.ppl.has_value();
+    if (complete || r.exit_code != 0) break;
   }
   return run;
 }
