@@ -88,7 +88,9 @@ const bool kRegistered = [] {
       }
     }
   }
-  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0}) {
+  // Every ISA on the formats people download (Q8_0, Q4_0, the K-quants of Q4_K_M, F16, BF16).
+  for (GgmlType type :
+       {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kF16, GgmlType::kBF16}) {
     for (int64_t num_tokens : {1, 2, 4, 8, 12, 16, 32, 64, 128, 512}) {
       for (ops_internal::Isa isa : ops_internal::available_isas()) {
         if (isa == ops_internal::Isa::kPortable) continue;

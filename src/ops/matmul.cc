@@ -18,6 +18,7 @@ namespace {
 // so only the last group of a matrix runs a remainder tile.
 constexpr int64_t kRowGroup = 4;
 constexpr int64_t kAmxRowGroup = 16;  // the AMX kernel's panels
+constexpr int64_t kPanelRowGroup = 8;  // the AVX2 panel kernel's
 // A thread's share should be worth waking it for.
 constexpr int64_t kMinMacsPerChunk = 1 << 16;
 // Activations of one token chunk should stay in L2 while every row of a thread's range
@@ -35,6 +36,7 @@ bool needs_block_sums(GgmlType type) {
 }
 
 std::atomic<uint64_t> g_kernel_runs[4];
+std::atomic<uint64_t> g_avx2_panel_runs;
 
 MatmulRowsFn decoded_rows_fn(Isa isa, ActivationFormat format) {
   const bool super = format == ActivationFormat::kSuperBlocks;
@@ -125,6 +127,8 @@ ActivationFormat activation_format(GgmlType type) {
 
 uint64_t isa_kernel_runs(Isa isa) { return g_kernel_runs[static_cast<int>(isa)].load(std::memory_order_relaxed); }
 void count_isa_kernel_run(Isa isa) { g_kernel_runs[static_cast<int>(isa)].fetch_add(1, std::memory_order_relaxed); }
+uint64_t avx2_panel_kernel_runs() { return g_avx2_panel_runs.load(std::memory_order_relaxed); }
+void count_avx2_panel_kernel_run() { g_avx2_panel_runs.fetch_add(1, std::memory_order_relaxed); }
 
 void quantize_superblock_activations(const float* x, int64_t cols, int64_t token_begin, int64_t token_end,
                                      const SuperBlockActivations& out) {
@@ -229,6 +233,21 @@ void interleave_token_groups(const QuantizedActivations& xq, int64_t group_begin
   }
 }
 
+int64_t avx2_panel_min_tokens(GgmlType type) {
+  switch (type) {
+    case GgmlType::kQ8_0:
+      return 12;
+    case GgmlType::kQ4_0:
+      return 6;
+    default:
+      return 8;
+  }
+}
+
+bool avx2_panels_take_batch(Isa isa, GgmlType type, int64_t num_tokens) {
+  return isa == Isa::kAvx2 && avx2_panels_support(type) && num_tokens >= avx2_panel_min_tokens(type);
+}
+
 bool amx_takes_batch(Isa isa, GgmlType type, int64_t num_tokens) {
   return isa == Isa::kAmx && is_classic_quantized(type) && num_tokens >= kAmxMinTokens;
 }
@@ -264,9 +283,11 @@ void matmul_with_isa(Isa isa, const WeightMatrix& w, const float* x, float* y, i
   SuperBlockActivations xk;
   TokenGroupActivations xg;
   int64_t num_groups = 0;  // groups of 16 tokens for the token-group kernel
-  const ActivationFormat format = activation_format(w.type);
   Bf16TokenGroups xb;
   const bool amx = amx_takes_batch(isa, w.type, num_tokens);
+  const bool panels = avx2_panels_take_batch(isa, w.type, num_tokens);
+  // The panel kernel takes 32-element activation blocks for every type.
+  const ActivationFormat format = panels ? ActivationFormat::kBlocks32 : activation_format(w.type);
   if (amx) {  // the groups as bf16; only the tokens past them are quantized, for the row kernel
     num_groups = token_groups_for_batch(isa, w.type, num_tokens);
     xb = scratch_token_groups().bf16_view(num_groups, num_tokens, w.cols / 32);
@@ -312,7 +333,9 @@ void matmul_with_isa(Isa isa, const WeightMatrix& w, const float* x, float* y, i
     bytes_per_token = SuperBlockActivations::bytes_per_token(num_blocks);
   }
 
-  const int64_t tokens_per_chunk = std::max<int64_t>(8, kActivationBytesPerChunk / bytes_per_token / 8 * 8);
+  // The panel kernel stages each block of weight rows once and runs every token over it.
+  const int64_t tokens_per_chunk =
+      panels ? num_tokens : std::max<int64_t>(8, kActivationBytesPerChunk / bytes_per_token / 8 * 8);
   const int64_t group_bytes = TokenGroupActivations::kTokens * TokenGroupActivations::bytes_per_token(w.cols / 32);
   // The AMX kernel stages each block of weight rows once and runs every group over it.
   const int64_t groups_per_chunk =
@@ -320,12 +343,14 @@ void matmul_with_isa(Isa isa, const WeightMatrix& w, const float* x, float* y, i
           : std::max<int64_t>(1, kActivationBytesPerChunk / std::max<int64_t>(1, group_bytes));
   const int64_t first_ungrouped = std::min(num_tokens, num_groups * TokenGroupActivations::kTokens);
   // The AMX kernel works on 16-row panels: a thread's rows start at a multiple of 16.
-  const int64_t row_group = amx ? kAmxRowGroup : kRowGroup;
+  const int64_t row_group = amx ? kAmxRowGroup : panels ? kPanelRowGroup : kRowGroup;
   const int64_t num_row_groups = (w.rows + row_group - 1) / row_group;
   const int64_t macs_per_row_group = row_group * w.cols * num_tokens;
   const int64_t min_row_groups = std::max<int64_t>(1, (kMinMacsPerChunk + macs_per_row_group - 1) / macs_per_row_group);
-  const MatmulRowsFn rows =
-      format == ActivationFormat::kNone || is_classic_quantized(w.type) ? rows_fn(isa) : decoded_rows_fn(isa, format);
+  const MatmulRowsFn rows = panels ? matmul_panels_avx2
+                            : format == ActivationFormat::kNone || is_classic_quantized(w.type)
+                                ? rows_fn(isa)
+                                : decoded_rows_fn(isa, format);
   const MatmulRowsFn groups =
       num_groups == 0 ? nullptr : amx ? matmul_token_groups_amx : matmul_token_groups_avx512;
   pool.parallel_for(num_row_groups, min_row_groups, [&](int64_t begin, int64_t end) {

@@ -125,18 +125,50 @@ bool amx_tiles_expected(GgmlType type, int64_t num_tokens) {
   return (type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0) && num_tokens >= ops_internal::kAmxMinTokens;
 }
 
+// The types the AVX2 panel kernel computes for batches (matmul_panels_avx2.cc).
+bool avx2_panel_type(GgmlType type) {
+  switch (type) {
+    case GgmlType::kQ8_0:
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ2_K:
+    case GgmlType::kQ3_K:
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+    case GgmlType::kQ6_K:
+    case GgmlType::kIQ4_XS:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// The activation block a call quantizes with: 256 for the super-block types' row kernels, 32
+// for everything else (the AVX2 panel kernel takes 32-element blocks for every type).
+int64_t activation_block(GgmlType type, Isa isa, int64_t num_tokens) {
+  if (isa == Isa::kAvx2 && avx2_panel_type(type) && num_tokens >= ops_internal::avx2_panel_min_tokens(type)) return 32;
+  return is_super_block(type) ? 256 : 32;
+}
+
 // Calls matmul_with_isa and asserts that a kernel of that ISA ran (no silent fallback).
 void matmul_on(Isa isa, const WeightMatrix& w, const float* x, float* y, int64_t num_tokens, ThreadPool& pool) {
   const Isa witness = isa == Isa::kAmx && !amx_tiles_expected(w.type, num_tokens) ? Isa::kAvx512 : isa;
   const uint64_t before = ops_internal::isa_kernel_runs(witness);
+  const uint64_t panels_before = ops_internal::avx2_panel_kernel_runs();
   ops_internal::matmul_with_isa(isa, w, x, y, num_tokens, pool);
   ASSERT_GT(ops_internal::isa_kernel_runs(witness), before) << "no " << ops_internal::isa_name(witness) << " kernel ran";
+  // AVX2 batches of these types must take the panel kernel, and nothing else may.
+  const bool panels = isa == Isa::kAvx2 && avx2_panel_type(w.type) &&
+                      num_tokens >= ops_internal::avx2_panel_min_tokens(w.type);
+  if (panels) {
+    ASSERT_GT(ops_internal::avx2_panel_kernel_runs(), panels_before) << "the AVX2 panel kernel did not run";
+  } else {
+    ASSERT_EQ(ops_internal::avx2_panel_kernel_runs(), panels_before) << "the AVX2 panel kernel ran";
+  }
 }
 
 // What x becomes after the activation quantization (identical on every ISA; tested below).
 std::vector<float> dequantized_activations(const std::vector<float>& x, int64_t num_tokens, int64_t cols,
-                                           GgmlType type, std::vector<float>* block_scales) {
-  const int64_t block = is_super_block(type) ? 256 : 32;
+                                           int64_t block, std::vector<float>* block_scales) {
   const int64_t num_blocks = cols / block;
   ops_internal::ActivationBuffer buffer;
   std::vector<float> out(x.size());
@@ -215,9 +247,9 @@ void expect_matches_reference(const TestWeights& w, const std::vector<float>& x,
     if (::testing::Test::HasFatalFailure()) return;
   }
   std::vector<float> block_scales;
+  const int64_t act_block = activation_block(w.type, isa, num_tokens);
   const std::vector<float> xq =
-      is_quantized(w.type) ? dequantized_activations(x, num_tokens, w.cols, w.type, &block_scales) : x;
-  const int64_t act_block = is_super_block(w.type) ? 256 : 32;
+      is_quantized(w.type) ? dequantized_activations(x, num_tokens, w.cols, act_block, &block_scales) : x;
   for (int64_t t = bf16_tokens; t < num_tokens; ++t) {
     for (int64_t r = 0; r < w.rows; ++r) {
       const float* wr = &w.dequant[r * w.cols];
@@ -339,9 +371,18 @@ TEST_P(MatmulTest, TokenResultsIndependentOfBatchNeighbours) {
   matmul_on(isa, w.matrix(), x.data(), y.data(), num_tokens, pool);
   const int64_t num_groups = ops_internal::token_groups_for_batch(isa, type, num_tokens);
   ASSERT_LE(num_groups, 1);
+  // AVX2 batches take the panel kernel: each token is compared with itself in another batch
+  // (first, beside three other tokens) instead of alone.
+  const bool panels = ops_internal::avx2_panels_take_batch(isa, type, num_tokens);
   for (int64_t t = num_groups * kGroup; t < num_tokens; ++t) {
-    std::vector<float> single(w.rows);
-    matmul_on(isa, w.matrix(), &x[t * w.cols], single.data(), 1, pool);
+    const int64_t others = panels ? ops_internal::avx2_panel_min_tokens(type) - 1 : 0;
+    std::vector<float> batch((1 + others) * w.cols);
+    std::memcpy(batch.data(), &x[t * w.cols], w.cols * sizeof(float));
+    for (int64_t i = 0; i < others; ++i) {
+      std::memcpy(&batch[(1 + i) * w.cols], &x[((t + 5 + i) % num_tokens) * w.cols], w.cols * sizeof(float));
+    }
+    std::vector<float> single((1 + others) * w.rows);
+    matmul_on(isa, w.matrix(), batch.data(), single.data(), 1 + others, pool);
     ASSERT_EQ(std::memcmp(single.data(), &y[t * w.rows], w.rows * sizeof(float)), 0) << "token " << t;
   }
   // The first 16 tokens again, in reverse order and followed by a second copy: other
@@ -355,7 +396,8 @@ TEST_P(MatmulTest, TokenResultsIndependentOfBatchNeighbours) {
   matmul_on(isa, w.matrix(), x2.data(), y2.data(), 2 * kGroup, pool);
   // Against the 19-token call only where both calls take the same group kernel.
   const bool same_kernel = ops_internal::amx_takes_batch(isa, type, 2 * kGroup) ==
-                           ops_internal::amx_takes_batch(isa, type, num_tokens);
+                               ops_internal::amx_takes_batch(isa, type, num_tokens) &&
+                           ops_internal::avx2_panels_take_batch(isa, type, 2 * kGroup) == panels;
   for (int64_t t = 0; t < kGroup; ++t) {
     ASSERT_EQ(std::memcmp(&y2[(kGroup - 1 - t) * w.rows], &y2[(kGroup + t) * w.rows], w.rows * sizeof(float)), 0) << t;
     if (same_kernel) {
@@ -396,6 +438,30 @@ TEST(MatmulAmx, ManyRowBlocksOddRowsAndTokens) {
   }
 }
 
+// The AVX2 panel kernel stages 8-row panels in L2-sized blocks (two to five panels at 4096
+// columns) and runs token chunks over them: many blocks, a ragged last panel, chunks and 4-, 3-,
+// 2- and 1-token tiles, on 1 and 3 threads (whose row splits must not change a bit).
+TEST(MatmulAvx2Panels, ManyRowBlocksOddRowsAndTokens) {
+  if (!ops_internal::isa_supported(Isa::kAvx2)) GTEST_SKIP() << "avx2 is not available on this CPU";
+  ThreadPool pool1(1);
+  ThreadPool pool3(3);
+  uint32_t seed = 51;
+  for (GgmlType type : all_types()) {
+    if (!avx2_panel_type(type)) continue;
+    const TestWeights w = make_weights(type, 333, 4096, seed++);
+    const int64_t min_tokens = ops_internal::avx2_panel_min_tokens(type);
+    for (int64_t num_tokens : {min_tokens, int64_t{47}}) {
+      SCOPED_TRACE(fmt::format("{} tokens {}", ggml_type_name(type), num_tokens));
+      const std::vector<float> x = make_activations(num_tokens, w.cols, seed++);
+      std::vector<float> y1(num_tokens * w.rows, NAN), y3(num_tokens * w.rows, NAN);
+      matmul_on(Isa::kAvx2, w.matrix(), x.data(), y1.data(), num_tokens, pool1);
+      expect_matches_reference(w, x, y1, num_tokens, Isa::kAvx2);
+      matmul_on(Isa::kAvx2, w.matrix(), x.data(), y3.data(), num_tokens, pool3);
+      ASSERT_EQ(std::memcmp(y1.data(), y3.data(), y1.size() * sizeof(float)), 0);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(TypesAndIsas, MatmulTest, ::testing::ValuesIn(all_type_isas()),
                          [](const ::testing::TestParamInfo<TypeIsa>& info) {
                            return type_isa_name(info.param.type, info.param.isa);
@@ -406,13 +472,14 @@ TEST(Matmul, RawQuantizedBlocksWithEveryByteValue) {
   for (GgmlType type : all_types()) {
     if (!is_quantized(type)) continue;
     const TestWeights w = make_raw_blocks(type, 9, is_super_block(type) ? 512 : 160, 11);
-    const int64_t num_tokens = 5;
-    const std::vector<float> x = make_activations(num_tokens, w.cols, 12);
-    for (Isa isa : ops_internal::available_isas()) {
-      SCOPED_TRACE(type_isa_name(type, isa));
-      std::vector<float> y(num_tokens * w.rows, NAN);
-      matmul_on(isa, w.matrix(), x.data(), y.data(), num_tokens, pool);
-      expect_matches_reference(w, x, y, num_tokens, isa);
+    for (int64_t num_tokens : {5, 13}) {  // row kernels; batch kernels (AVX2 panels)
+      const std::vector<float> x = make_activations(num_tokens, w.cols, 12);
+      for (Isa isa : ops_internal::available_isas()) {
+        SCOPED_TRACE(fmt::format("{} tokens {}", type_isa_name(type, isa), num_tokens));
+        std::vector<float> y(num_tokens * w.rows, NAN);
+        matmul_on(isa, w.matrix(), x.data(), y.data(), num_tokens, pool);
+        expect_matches_reference(w, x, y, num_tokens, isa);
+      }
     }
   }
 }
@@ -426,18 +493,19 @@ TEST(Matmul, LargestOperandsStayExact) {
   for (GgmlType type : all_types()) {
     if (!is_quantized(type)) continue;
     const TestWeights w = make_raw_blocks(type, 5, 512, 13);
-    const int64_t num_tokens = 3;  // all +1, all -1, random signs
-    std::vector<float> x(num_tokens * w.cols);
-    for (int64_t c = 0; c < w.cols; ++c) {
-      x[c] = 1.0f;
-      x[w.cols + c] = -1.0f;
-      x[2 * w.cols + c] = rng() % 2 ? 1.0f : -1.0f;
-    }
-    for (Isa isa : ops_internal::available_isas()) {
-      SCOPED_TRACE(type_isa_name(type, isa));
-      std::vector<float> y(num_tokens * w.rows, NAN);
-      matmul_on(isa, w.matrix(), x.data(), y.data(), num_tokens, pool);
-      expect_matches_reference(w, x, y, num_tokens, isa);
+    // All +1, all -1, random signs; 3 tokens take the row kernels, 13 the batch kernels (AVX2
+    // panels, whose int16 block sums are then largest).
+    for (int64_t num_tokens : {3, 13}) {
+      std::vector<float> x(num_tokens * w.cols);
+      for (int64_t t = 0; t < num_tokens; ++t) {
+        for (int64_t c = 0; c < w.cols; ++c) x[t * w.cols + c] = t % 3 == 0 ? 1.0f : t % 3 == 1 ? -1.0f : rng() % 2 ? 1.0f : -1.0f;
+      }
+      for (Isa isa : ops_internal::available_isas()) {
+        SCOPED_TRACE(fmt::format("{} tokens {}", type_isa_name(type, isa), num_tokens));
+        std::vector<float> y(num_tokens * w.rows, NAN);
+        matmul_on(isa, w.matrix(), x.data(), y.data(), num_tokens, pool);
+        expect_matches_reference(w, x, y, num_tokens, isa);
+      }
     }
   }
 }
