@@ -28,7 +28,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <memory>
 
 #include "core/check.h"
 #include "ops/matmul_kernels.h"
@@ -98,16 +97,10 @@ struct RowBlock {
   }
 
   static RowBlock for_thread(int64_t num_rows, int64_t num_chunks) {
-    thread_local std::unique_ptr<uint8_t[]> storage;
-    thread_local int64_t capacity = 0;
-    const int64_t bytes = num_rows * num_chunks * kChunk * 4 + 64;
-    if (bytes > capacity) {
-      capacity = bytes;
-      storage = std::make_unique<uint8_t[]>(static_cast<size_t>(capacity));
-    }
+    thread_local ActivationBuffer storage;
     RowBlock block;
     block.num_chunks = num_chunks;
-    block.qs = reinterpret_cast<uint16_t*>((reinterpret_cast<uintptr_t>(storage.get()) + 63) & ~uintptr_t{63});
+    block.qs = reinterpret_cast<uint16_t*>(storage.reserve(num_rows * num_chunks * kChunk * 4));
     return block;
   }
 };

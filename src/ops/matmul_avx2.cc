@@ -80,7 +80,9 @@ struct FloatKernel {
       __m256 wv[R];
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
-        if (c % (64 / Row::kBytes) == 0) _mm_prefetch(reinterpret_cast<const char*>(rows[r] + ahead + c * Row::kBytes), _MM_HINT_T0);
+        if (c % (64 / Row::kBytes) == 0) {  // once per cache line
+          _mm_prefetch(reinterpret_cast<const char*>(rows[r] + ahead + c * Row::kBytes), _MM_HINT_T0);
+        }
         wv[r] = Row::load(rows[r], c);
       }
 #pragma GCC unroll 8

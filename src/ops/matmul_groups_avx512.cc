@@ -14,7 +14,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <memory>
 
 #include "core/check.h"
 #include "ops/matmul_kernels.h"
@@ -37,18 +36,13 @@ struct RowPanel {
   int32_t* correction = nullptr;  // [kRows, num_blocks]
 
   static RowPanel for_thread(int64_t num_blocks) {
-    thread_local std::unique_ptr<uint8_t[]> storage;
-    thread_local int64_t capacity = 0;
-    const int64_t bytes = kRows * num_blocks * (32 + 4 + 4);
-    if (bytes > capacity) {
-      capacity = bytes;
-      storage = std::make_unique<uint8_t[]>(static_cast<size_t>(capacity));
-    }
+    thread_local ActivationBuffer storage;
+    uint8_t* bytes = storage.reserve(kRows * num_blocks * (32 + 4 + 4));
     RowPanel panel;
     panel.num_blocks = num_blocks;
-    panel.qs = reinterpret_cast<int8_t*>(storage.get());
-    panel.scales = reinterpret_cast<float*>(storage.get() + kRows * num_blocks * 32);
-    panel.correction = reinterpret_cast<int32_t*>(storage.get() + kRows * num_blocks * (32 + 4));
+    panel.qs = reinterpret_cast<int8_t*>(bytes);
+    panel.scales = reinterpret_cast<float*>(bytes + kRows * num_blocks * 32);
+    panel.correction = reinterpret_cast<int32_t*>(bytes + kRows * num_blocks * (32 + 4));
     return panel;
   }
 };

@@ -98,10 +98,10 @@ class ActivationBuffer {
   SuperBlockActivations super_view(int64_t num_tokens, int64_t num_blocks);
   TokenGroupActivations group_view(int64_t num_groups, int64_t num_tokens, int64_t num_blocks);
   Bf16TokenGroups bf16_view(int64_t num_groups, int64_t num_tokens, int64_t num_chunks);
-
- private:
+  // At least `bytes` bytes, 64-byte aligned: the kernels' own staging (weight panels, row blocks).
   uint8_t* reserve(int64_t bytes);
 
+ private:
   std::unique_ptr<uint8_t[]> storage_;
   int64_t capacity_ = 0;
 };
@@ -184,7 +184,8 @@ bool avx2_panels_support(GgmlType type);
 // Batches of at least this many tokens take it on Isa::kAvx2; smaller ones the
 // row kernels, for which the staging (about two single-token passes over the weights) is not
 // worth it. Measured (2048² weights, 2 threads, Sapphire Rapids on AVX2): panels / rows 1.6x
-// the time at 4 Q8_0 tokens, 1.06x at 12, 0.99x at 16, 0.84x at 32; Q4_0 1.36x at 4, 0.84x at 8.
+// the time at 4 Q8_0 tokens, 1.06x at 12, 0.99x at 16, 0.84x at 32; Q4_0 1.36x at 4, 0.84x at 8;
+// Q4_K 0.93x at 8, 0.71x at 12; Q6_K 0.99x at 8, 0.89x at 12.
 int64_t avx2_panel_min_tokens(GgmlType type);
 bool avx2_panels_take_batch(Isa isa, GgmlType type, int64_t num_tokens);
 // Its own witness (beside the AVX2 count): tests that expect the panels assert they ran.

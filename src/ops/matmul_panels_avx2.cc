@@ -13,8 +13,9 @@
 // Panel layout: a panel is 8 rows; in it, block b (32 columns) holds, for each plane, 8 quads
 // of 32 bytes (quad k: row 0's columns 4k..4k+3, row 1's, ... row 7's), then the 8 rows' f32
 // scales of each sub-block (1 of 32 columns, or 2 of 16 for the types scaled per 16), then as
-// many rows of f32 mins for the types that have them. A token's 4 activation bytes of quad k are broadcast to all 8 rows, so each int32
-// lane of the result is one row: after the block, one vcvtdq2ps and one FMA scale 8 rows.
+// many rows of f32 mins for the types that have them. A token's 4 activation bytes of quad k
+// are broadcast to all 8 rows, so each int32 lane of the result is one row: after a sub-block,
+// one vcvtdq2ps and one FMA scale 8 rows.
 // Rows past the matrix are zero codes with scale 0, never stored.
 //
 // Per element, over sub-blocks s: Σ_s d_w·d_x·(Σ_{e in s} u·q − offset·Σ_{e in s} q), the inner
@@ -26,7 +27,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -48,17 +48,6 @@ constexpr int64_t kChunkBytes = 192 << 10;
 // Staging prefetches each row this many bytes ahead.
 constexpr int64_t kPrefetchBytes = 512;
 
-inline uint16_t read_u16(const uint8_t* p) {
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
-}
-
-inline int32_t read_i32(const void* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
 
 // How a weight type's values become panel codes. Each type decodes one unit of a row (a
 // 32-element block, or a 256-element super-block of 8 blocks) into kUnitBlocks × 32 code bytes
@@ -78,7 +67,7 @@ struct PanelQ8_0 {
   static void decode(const uint8_t* block, __m256i* codes, float* scales, float*) {
     codes[0] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2)),
                                 _mm256_set1_epi8(static_cast<char>(0x80)));
-    scales[0] = _cvtsh_ss(read_u16(block));
+    scales[0] = super_decode::half(block);
   }
 };
 
@@ -93,7 +82,7 @@ struct PanelQ4_0 {
   static void decode(const uint8_t* block, __m256i* codes, float* scales, float*) {
     const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2));
     codes[0] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(0x0f));
-    scales[0] = _cvtsh_ss(read_u16(block));
+    scales[0] = super_decode::half(block);
   }
 };
 
@@ -127,7 +116,8 @@ struct PanelSuper {
     Super::template values<2>(unit, codes[4], codes[5]);
     Super::template values<3>(unit, codes[6], codes[7]);
     if constexpr (Super::kKind == CodeKind::kSigned) {
-      for (int j = 0; j < kUnitBlocks; ++j) codes[j] = _mm256_xor_si256(codes[j], _mm256_set1_epi8(static_cast<char>(0x80)));
+      const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+      for (int j = 0; j < kUnitBlocks; ++j) codes[j] = _mm256_xor_si256(codes[j], flip);
     }
   }
 };
@@ -150,23 +140,6 @@ inline void split_planes(__m256i u, __m256i* planes) {
     planes[1] = _mm256_and_si256(_mm256_srli_epi16(u, 4), nibble);
   }
 }
-
-// 32-byte aligned scratch that grows and never shrinks, one per thread.
-class StageBuffer {
- public:
-  uint8_t* reserve(int64_t bytes) {
-    if (bytes + 32 > capacity_) {
-      capacity_ = std::max(bytes + 32, capacity_ * 2);
-      storage_ = std::make_unique<uint8_t[]>(static_cast<size_t>(capacity_));
-    }
-    const uintptr_t base = reinterpret_cast<uintptr_t>(storage_.get());
-    return reinterpret_cast<uint8_t*>((base + 31) & ~uintptr_t{31});
-  }
-
- private:
-  std::unique_ptr<uint8_t[]> storage_;
-  int64_t capacity_ = 0;
-};
 
 template <class Codes>
 constexpr int64_t scales_offset() {
@@ -342,7 +315,8 @@ void panel_tile(const uint8_t* panel, const QuantizedActivations& xq, const uint
         }
 #pragma GCC unroll 4
         for (int t = 0; t < T; ++t) {
-          const __m256i xb = _mm256_set1_epi32(read_i32(qs[t] + b * 32 + 4 * k));
+          const __m256i xb = _mm256_set1_epi32(
+              static_cast<int32_t>(super_decode::load_u32(reinterpret_cast<const uint8_t*>(qs[t] + b * 32 + 4 * k))));
           low[t] = _mm256_add_epi16(low[t], _mm256_maddubs_epi16(w0, xb));
           if constexpr (kPlanes == 2) high[t] = _mm256_add_epi16(high[t], _mm256_maddubs_epi16(w1, xb));
         }
@@ -386,7 +360,7 @@ void run_panels(const MatmulProblem& p, int64_t row_begin, int64_t row_end) {
   const int64_t num_blocks = w.cols / 32;
   const int64_t panel_bytes = num_blocks * staged_block_bytes<Codes>();
   const int64_t panels_per_stage = std::max<int64_t>(1, kStageBytes / panel_bytes);
-  thread_local StageBuffer buffer;
+  thread_local ActivationBuffer buffer;
   thread_local std::vector<uint32_t> sub_sums;
   uint8_t* staged = buffer.reserve(panels_per_stage * panel_bytes);
   sub_sums.resize(static_cast<size_t>((p.token_end - p.token_begin) * num_blocks * Codes::kSubs));

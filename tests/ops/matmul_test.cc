@@ -498,7 +498,9 @@ TEST(Matmul, LargestOperandsStayExact) {
     for (int64_t num_tokens : {3, 13}) {
       std::vector<float> x(num_tokens * w.cols);
       for (int64_t t = 0; t < num_tokens; ++t) {
-        for (int64_t c = 0; c < w.cols; ++c) x[t * w.cols + c] = t % 3 == 0 ? 1.0f : t % 3 == 1 ? -1.0f : rng() % 2 ? 1.0f : -1.0f;
+        for (int64_t c = 0; c < w.cols; ++c) {
+          x[t * w.cols + c] = t % 3 == 0 ? 1.0f : t % 3 == 1 ? -1.0f : rng() % 2 ? 1.0f : -1.0f;
+        }
       }
       for (Isa isa : ops_internal::available_isas()) {
         SCOPED_TRACE(fmt::format("{} tokens {}", type_isa_name(type, isa), num_tokens));
