@@ -206,8 +206,9 @@ TokenGroupActivations ActivationBuffer::group_view(int64_t num_groups, int64_t n
   g.num_groups = num_groups;
   g.num_tokens = num_tokens;
   g.num_blocks = num_blocks;
-  g.qs = p;
+  g.qs = reinterpret_cast<int8_t*>(p);
   g.scales = reinterpret_cast<float*>(p + num * kTokens * 32);
+  g.sums = reinterpret_cast<int32_t*>(p + num * kTokens * (32 + 4));
   return g;
 }
 
@@ -221,13 +222,15 @@ void interleave_token_groups(const QuantizedActivations& xq, int64_t group_begin
       for (int64_t i = 0; i < kTokens; ++i) {
         const bool valid = g * kTokens + i < out.num_tokens;
         const int64_t token_block = (g * kTokens + i) * num_blocks + b;
+        int32_t sum = 0;
         for (int lane = 0; lane < 8; ++lane) {
-          uint32_t four = 0;  // 4 quants, each moved to unsigned by flipping its top bit
-          if (valid) std::memcpy(&four, xq.qs + token_block * 32 + lane * 4, 4);
-          four ^= 0x80808080u;
-          std::memcpy(out.qs + (group_block * 8 + lane) * kTokens * 4 + i * 4, &four, 4);
+          int8_t four[4] = {0, 0, 0, 0};
+          if (valid) std::memcpy(four, xq.qs + token_block * 32 + lane * 4, 4);
+          sum += four[0] + four[1] + four[2] + four[3];
+          std::memcpy(out.qs + (group_block * 8 + lane) * kTokens * 4 + i * 4, four, 4);
         }
         out.scales[group_block * kTokens + i] = valid ? xq.scales[token_block] : 0.0f;
+        out.sums[group_block * kTokens + i] = sum;
       }
     }
   }

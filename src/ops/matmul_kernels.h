@@ -58,8 +58,9 @@ void count_isa_kernel_run(Isa isa);
 // The same activations regrouped for kernels that hold one token per 32-bit lane: 16 tokens
 // side by side, so one vpdpbusd multiplies 4 elements of one weight row (broadcast) with the
 // same 4 elements of 16 tokens, and a block's int32 dot completes before any float work.
-// The quants are stored +128 (q ^ 0x80) as vpdpbusd's unsigned operand, leaving the signed
-// operand to the weights; kernels subtract 128 · (sum of the block's weights).
+// The quants stay signed, vpdpbusd's signed operand; the weights are its unsigned one (Q8_0
+// + 128, Q4_0's nibbles as stored, + 8), so kernels subtract offset · (the block's Σq), which
+// `sums` holds per token: a vector per block shared by every weight row.
 // Built from a QuantizedActivations by interleave_token_groups. The last group may be partly
 // padding (lanes past num_tokens: q = 0, scale 0), whose outputs are never stored.
 struct TokenGroupActivations {
@@ -67,10 +68,11 @@ struct TokenGroupActivations {
   int64_t num_groups = 0;
   int64_t num_tokens = 0;  // valid tokens: group g lane i is token g·16 + i when below this
   int64_t num_blocks = 0;
-  uint8_t* qs = nullptr;    // [num_groups, num_blocks, 8 lanes, kTokens, 4]   q + 128
+  int8_t* qs = nullptr;     // [num_groups, num_blocks, 8 lanes, kTokens, 4]
   float* scales = nullptr;  // [num_groups, num_blocks, kTokens]
+  int32_t* sums = nullptr;  // [num_groups, num_blocks, kTokens]   Σ q of the token's block
 
-  static int64_t bytes_per_token(int64_t num_blocks) { return num_blocks * (32 + 4); }
+  static int64_t bytes_per_token(int64_t num_blocks) { return num_blocks * (32 + 4 + 4); }
 };
 
 // Activations for the AMX kernel: groups of 16 tokens as bf16 (rounded to nearest even), each 32

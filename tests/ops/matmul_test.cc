@@ -438,6 +438,29 @@ TEST(MatmulAmx, ManyRowBlocksOddRowsAndTokens) {
   }
 }
 
+// The AVX-512 token-group kernel runs 12-row tiles over groups of 16 tokens, reading Q8_0
+// weights in place and Q4_0 ones staged per tile: whole tiles, a last tile of every height
+// below 12 (333 rows on 1 thread end in 9; 3 threads split at other multiples of 4), one group,
+// and three groups plus a padded one, on 1 and 3 threads (whose row splits must not change a bit).
+TEST(MatmulAvx512Groups, ManyTilesOddRowsAndTokens) {
+  if (!ops_internal::isa_supported(Isa::kAvx512)) GTEST_SKIP() << "avx512 is not available on this CPU";
+  ThreadPool pool1(1);
+  ThreadPool pool3(3);
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0}) {
+    const TestWeights w = make_weights(type, 333, 4096, 71);
+    for (int64_t num_tokens : {int64_t{16}, int64_t{59}}) {
+      SCOPED_TRACE(fmt::format("{} tokens {}", ggml_type_name(type), num_tokens));
+      ASSERT_EQ(ops_internal::token_groups_for_batch(Isa::kAvx512, type, num_tokens), (num_tokens + 15) / 16);
+      const std::vector<float> x = make_activations(num_tokens, w.cols, 72);
+      std::vector<float> y1(num_tokens * w.rows, NAN), y3(num_tokens * w.rows, NAN);
+      matmul_on(Isa::kAvx512, w.matrix(), x.data(), y1.data(), num_tokens, pool1);
+      expect_matches_reference(w, x, y1, num_tokens, Isa::kAvx512);
+      matmul_on(Isa::kAvx512, w.matrix(), x.data(), y3.data(), num_tokens, pool3);
+      ASSERT_EQ(std::memcmp(y1.data(), y3.data(), y1.size() * sizeof(float)), 0);
+    }
+  }
+}
+
 // The AVX2 panel kernel stages 8-row panels in L2-sized blocks (two to five panels at 4096
 // columns) and runs token chunks over them: many blocks, a ragged last panel, chunks and 4-, 3-,
 // 2- and 1-token tiles, on 1 and 3 threads (whose row splits must not change a bit).
