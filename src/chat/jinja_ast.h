@@ -78,6 +78,14 @@ struct Stmt {
   bool targets_are_tuple = false;     // "for k, v in ..." / "set a, b = ..."
   std::string name;                   // macro name; namespace name of "set ns.attr"
   std::string attribute;              // "set ns.attr"
+  // kFor: whether the body or filter may read the `loop` variable; when not, the evaluator
+  // skips building it (a dict of twelve entries per iteration, most of a bare loop's cost).
+  bool reads_loop_variable = true;
 };
+
+// Whether any expression in the statements (nested ones included) is the name `name`.
+// Conservative: a mention shadowed by an inner binding still counts.
+bool mentions_name(const StmtList& statements, const std::string& name);
+bool mentions_name(const Expr& expr, const std::string& name);
 
 }  // namespace kvlm::chat

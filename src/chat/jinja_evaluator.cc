@@ -184,26 +184,34 @@ class Evaluator {
 
   Status exec_for(const Stmt& s, const ScopePtr& scope, std::string* out, Flow* flow) {
     KVLM_ASSIGN_OR_RETURN(JinjaValue iterable, eval(*s.expr, scope));
-    Result<JinjaList> all = jinja_iterate(iterable);
-    if (!all.ok()) return at(s.offset, all.status());
-    JinjaList items;
+    // A list or tuple is walked in place (`iterable` keeps it alive): copying range(100000)
+    // per outer iteration was most of a nested loop's cost.
+    JinjaList built;
+    const JinjaList* all = &built;
+    if (iterable.is_sequence()) {
+      all = &iterable.as_list();
+    } else {
+      Result<JinjaList> iterated = jinja_iterate(iterable);
+      if (!iterated.ok()) return at(s.offset, iterated.status());
+      built = std::move(iterated).value();
+    }
+    JinjaList kept;
     if (s.filter) {
       for (const JinjaValue& item : *all) {
         KVLM_RETURN_IF_ERROR(count_iteration(s.offset));
         ScopePtr probe = child_of(scope);
         KVLM_RETURN_IF_ERROR(bind_targets(s, item, probe.get()));
         KVLM_ASSIGN_OR_RETURN(JinjaValue keep, eval(*s.filter, probe));
-        if (keep.truthy()) items.push_back(item);
+        if (keep.truthy()) kept.push_back(item);
       }
-    } else {
-      items = std::move(all).value();
     }
+    const JinjaList& items = s.filter ? kept : *all;
     const int64_t length = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < length; ++i) {
       KVLM_RETURN_IF_ERROR(count_iteration(s.offset));
       ScopePtr body_scope = child_of(scope);
       KVLM_RETURN_IF_ERROR(bind_targets(s, items[static_cast<size_t>(i)], body_scope.get()));
-      body_scope->vars["loop"] = make_loop(items, i);
+      if (s.reads_loop_variable) body_scope->vars["loop"] = make_loop(items, i);
       Flow inner = Flow::kNormal;
       KVLM_RETURN_IF_ERROR(exec_list(s.body, body_scope, out, &inner));
       if (inner == Flow::kBreak) break;

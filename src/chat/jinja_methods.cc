@@ -207,6 +207,7 @@ Result<JinjaValue> builtin_range(JinjaCallArgs& args) {
                           kMaxJinjaRange);
   }
   JinjaList items;
+  items.reserve(static_cast<size_t>(count));
   for (int64_t i = 0; i < count; ++i) items.push_back(JinjaValue::integer(start + i * step));
   return JinjaValue::list(std::move(items));
 }

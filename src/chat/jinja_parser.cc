@@ -236,6 +236,7 @@ class Parser {
       KVLM_RETURN_IF_ERROR(else_status);
     }
     KVLM_RETURN_IF_ERROR(expect_block_end());
+    s->reads_loop_variable = mentions_name(s->body, "loop") || (s->filter && mentions_name(*s->filter, "loop"));
     return s;
   }
 

@@ -30,6 +30,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "ops/matmul_decode_avx2.h"
 #include "ops/matmul_kernels.h"
 
 namespace kvlm::ops_internal {
@@ -105,12 +106,6 @@ struct RowBlock {
   }
 };
 
-inline float half_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
-
 inline __m512 bf16_to_f32(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
 
 // 32 int8 values × d (exact in f32) as two bf16 terms, w ≈ head + tail (round to nearest even
@@ -131,19 +126,17 @@ void stage_q8_0_row(const uint8_t* row, uint16_t* out, int64_t num_chunks) {
   for (int64_t b = 0; b < num_chunks; ++b) {
     const uint8_t* block = row + b * static_cast<int64_t>(sizeof(BlockQ8_0));
     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2));
-    store_scaled_bf16(q, half_at(block), out + 2 * b * 512);
+    store_scaled_bf16(q, half_f16c(block), out + 2 * b * 512);
   }
 }
 
 // Q4_0 byte i holds element i (low nibble) and i+16 (high nibble), both stored + 8.
 void stage_q4_0_row(const uint8_t* row, uint16_t* out, int64_t num_chunks) {
-  const __m256i low_nibbles = _mm256_set1_epi8(0x0f);
   const __m256i eight = _mm256_set1_epi8(8);
   for (int64_t b = 0; b < num_chunks; ++b) {
     const uint8_t* block = row + b * static_cast<int64_t>(sizeof(BlockQ4_0));
-    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2));
-    const __m256i nibbles = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), low_nibbles);
-    store_scaled_bf16(_mm256_sub_epi8(nibbles, eight), half_at(block), out + 2 * b * 512);
+    const __m256i nibbles = nibbles_to_bytes(load128(block + 2));
+    store_scaled_bf16(_mm256_sub_epi8(nibbles, eight), half_f16c(block), out + 2 * b * 512);
   }
 }
 

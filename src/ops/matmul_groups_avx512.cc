@@ -20,6 +20,7 @@
 #include <type_traits>
 
 #include "core/check.h"
+#include "ops/matmul_decode_avx2.h"
 #include "ops/matmul_kernels.h"
 
 namespace kvlm::ops_internal {
@@ -32,12 +33,6 @@ constexpr int kTokens = TokenGroupActivations::kTokens;
 // a standalone loop on Zen 5 (G vpdpbusd/s on one core): 12 rows × 1 group 4.9, 8 × 1 4.1,
 // 6 × 2 groups 3.7. The former 4 rows × 2 groups left a 16-token batch (one group) 4 chains.
 constexpr int kRows = 12;
-
-inline float half_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
 
 inline __m512i broadcast_u32(const uint8_t* p) {
   int32_t v;
@@ -71,18 +66,15 @@ struct StagedQ4_0Format {
 const uint8_t* staged_q4_0_rows(const WeightMatrix& w, int64_t r0, int n) {
   thread_local ActivationBuffer storage;
   const int64_t num_blocks = w.cols / 32;
-  uint8_t* staged = storage.reserve(n * num_blocks * StagedQ4_0Format::kBlockBytes + 64);
-  const __m128i low_nibbles = _mm_set1_epi8(0x0f);
+  uint8_t* staged = storage.reserve(n * num_blocks * StagedQ4_0Format::kBlockBytes);
   for (int i = 0; i < n; ++i) {
     const uint8_t* row = w.data + static_cast<uint64_t>(r0 + i) * w.row_bytes;
     uint8_t* out = staged + i * num_blocks * StagedQ4_0Format::kBlockBytes;
     for (int64_t b = 0; b < num_blocks; ++b) {
       const uint8_t* block = row + b * static_cast<int64_t>(sizeof(BlockQ4_0));
       uint8_t* dst = out + b * StagedQ4_0Format::kBlockBytes;
-      const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2));
       std::memcpy(dst, block, 2);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2), _mm_and_si128(packed, low_nibbles));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 18), _mm_and_si128(_mm_srli_epi16(packed, 4), low_nibbles));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 2), nibbles_to_bytes(load128(block + 2)));
     }
   }
   return staged;
@@ -123,7 +115,7 @@ void group_tile(const uint8_t* rows, int64_t row_bytes, const TokenGroupActivati
     const __m512 xd = _mm512_loadu_ps(xg.scales + group_block * kTokens);
 #pragma GCC unroll 12
     for (int r = 0; r < R; ++r) {
-      const __m512 scale = _mm512_mul_ps(_mm512_set1_ps(half_at(block + r * row_bytes)), xd);
+      const __m512 scale = _mm512_mul_ps(_mm512_set1_ps(half_f16c(block + r * row_bytes)), xd);
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r]), scale, acc[r]);
     }
   }

@@ -17,20 +17,28 @@ namespace {
 
 using ops_internal::Isa;
 
-bool cpuid_reports_amx_int8() {
+// What Isa::kAmx needs (its kernel multiplies bf16 tiles, converts activations with
+// AVX512-BF16 and runs the AVX-512 kernels for the rest): AVX512F/BW/VL (leaf 7 EBX bits 16,
+// 30, 31), VNNI (ECX bit 11), AMX-TILE and AMX-BF16 (EDX bits 24, 22) and AVX512-BF16 (leaf 7
+// subleaf 1 EAX bit 5).
+bool cpuid_reports_amx_bf16() {
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   if (__get_cpuid_max(0, nullptr) < 7) return false;
   __cpuid_count(7, 0, eax, ebx, ecx, edx);
-  return (edx & (1u << 24)) != 0 && (edx & (1u << 25)) != 0;  // AMX-TILE, AMX-INT8
+  const bool avx512 = (ebx & (1u << 16)) != 0 && (ebx & (1u << 30)) != 0 && (ebx & (1u << 31)) != 0 &&
+                      (ecx & (1u << 11)) != 0;
+  const bool tiles = avx512 && (edx & (1u << 24)) != 0 && (edx & (1u << 22)) != 0;
+  __cpuid_count(7, 1, eax, ebx, ecx, edx);
+  return tiles && (eax & (1u << 5)) != 0;  // AVX512-BF16
 }
 
 bool cpu_level_forced() { return std::getenv("KVLM_CPU") != nullptr; }
 
 TEST(Isa, AmxIsOfferedExactlyWhenTheCpuHasItAndTheKernelGrantedTiles) {
   if (cpu_level_forced()) GTEST_SKIP() << "KVLM_CPU is set: the levels are lowered on purpose";
-  if (!cpuid_reports_amx_int8()) {
+  if (!cpuid_reports_amx_bf16()) {
     EXPECT_FALSE(ops_internal::isa_supported(Isa::kAmx));
-    GTEST_SKIP() << "this CPU has no AMX-INT8: the AMX level is reported as absent";
+    GTEST_SKIP() << "this CPU has no AMX-BF16 with AVX512-BF16: the AMX level is reported as absent";
   }
   ASSERT_TRUE(ops_internal::isa_supported(Isa::kAmx)) << amx_unavailable_reason();
   EXPECT_EQ(ops_internal::best_isa(), Isa::kAmx);
@@ -52,7 +60,7 @@ class IsaLevelTest : public ::testing::Test {
 
 TEST_F(IsaLevelTest, Avx512LevelTurnsOnlyAmxOff) {
   if (cpu_level_forced()) GTEST_SKIP() << "KVLM_CPU is set";
-  if (!cpuid_reports_amx_int8()) GTEST_SKIP() << "this CPU has no AMX-INT8";
+  if (!cpuid_reports_amx_bf16()) GTEST_SKIP() << "this CPU has no AMX-BF16 with AVX512-BF16";
   setenv("KVLM_CPU", "avx512", 1);
   EXPECT_EXIT(
       {

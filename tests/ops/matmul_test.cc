@@ -416,24 +416,30 @@ TEST_P(MatmulTest, TokenResultsIndependentOfBatchNeighbours) {
   }
 }
 
+// The batch kernels' shape tests: random activations of num_tokens tokens against the
+// reference on 1 thread, then bit for bit the same on 3 (whose row split differs).
+void expect_reference_on_one_and_three_threads(Isa isa, const TestWeights& w, int64_t num_tokens, uint32_t seed) {
+  ThreadPool pool1(1);
+  ThreadPool pool3(3);
+  const std::vector<float> x = make_activations(num_tokens, w.cols, seed);
+  std::vector<float> y1(num_tokens * w.rows, NAN), y3(num_tokens * w.rows, NAN);
+  matmul_on(isa, w.matrix(), x.data(), y1.data(), num_tokens, pool1);
+  expect_matches_reference(w, x, y1, num_tokens, isa);
+  matmul_on(isa, w.matrix(), x.data(), y3.data(), num_tokens, pool3);
+  ASSERT_EQ(std::memcmp(y1.data(), y3.data(), y1.size() * sizeof(float)), 0);
+}
+
 // The AMX kernel stages weights in row blocks (96 rows at 4096 columns) and fetches the next
 // block while computing one: many blocks, a ragged last one, a partial last group and tokens
 // left to the row kernel, on 1 and 3 threads.
 TEST(MatmulAmx, ManyRowBlocksOddRowsAndTokens) {
   if (!ops_internal::isa_supported(Isa::kAmx)) GTEST_SKIP() << "amx is not available on this CPU";
-  ThreadPool pool1(1);
-  ThreadPool pool3(3);
   for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0}) {
     const TestWeights w = make_weights(type, 333, 4096, 91);
     // Whole groups and 5 tokens for the row kernel; whole groups and a padded one of 11.
     for (int64_t num_tokens : {ops_internal::kAmxMinTokens + 5, ops_internal::kAmxMinTokens + 11}) {
       SCOPED_TRACE(fmt::format("{} tokens {}", ggml_type_name(type), num_tokens));
-      const std::vector<float> x = make_activations(num_tokens, w.cols, 92);
-      std::vector<float> y1(num_tokens * w.rows, NAN), y3(num_tokens * w.rows, NAN);
-      matmul_on(Isa::kAmx, w.matrix(), x.data(), y1.data(), num_tokens, pool1);
-      expect_matches_reference(w, x, y1, num_tokens, Isa::kAmx);
-      matmul_on(Isa::kAmx, w.matrix(), x.data(), y3.data(), num_tokens, pool3);
-      ASSERT_EQ(std::memcmp(y1.data(), y3.data(), y1.size() * sizeof(float)), 0);
+      expect_reference_on_one_and_three_threads(Isa::kAmx, w, num_tokens, 92);
     }
   }
 }
@@ -444,19 +450,12 @@ TEST(MatmulAmx, ManyRowBlocksOddRowsAndTokens) {
 // and three groups plus a padded one, on 1 and 3 threads (whose row splits must not change a bit).
 TEST(MatmulAvx512Groups, ManyTilesOddRowsAndTokens) {
   if (!ops_internal::isa_supported(Isa::kAvx512)) GTEST_SKIP() << "avx512 is not available on this CPU";
-  ThreadPool pool1(1);
-  ThreadPool pool3(3);
   for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0}) {
     const TestWeights w = make_weights(type, 333, 4096, 71);
     for (int64_t num_tokens : {int64_t{16}, int64_t{59}}) {
       SCOPED_TRACE(fmt::format("{} tokens {}", ggml_type_name(type), num_tokens));
       ASSERT_EQ(ops_internal::token_groups_for_batch(Isa::kAvx512, type, num_tokens), (num_tokens + 15) / 16);
-      const std::vector<float> x = make_activations(num_tokens, w.cols, 72);
-      std::vector<float> y1(num_tokens * w.rows, NAN), y3(num_tokens * w.rows, NAN);
-      matmul_on(Isa::kAvx512, w.matrix(), x.data(), y1.data(), num_tokens, pool1);
-      expect_matches_reference(w, x, y1, num_tokens, Isa::kAvx512);
-      matmul_on(Isa::kAvx512, w.matrix(), x.data(), y3.data(), num_tokens, pool3);
-      ASSERT_EQ(std::memcmp(y1.data(), y3.data(), y1.size() * sizeof(float)), 0);
+      expect_reference_on_one_and_three_threads(Isa::kAvx512, w, num_tokens, 72);
     }
   }
 }
@@ -466,8 +465,6 @@ TEST(MatmulAvx512Groups, ManyTilesOddRowsAndTokens) {
 // 2- and 1-token tiles, on 1 and 3 threads (whose row splits must not change a bit).
 TEST(MatmulAvx2Panels, ManyRowBlocksOddRowsAndTokens) {
   if (!ops_internal::isa_supported(Isa::kAvx2)) GTEST_SKIP() << "avx2 is not available on this CPU";
-  ThreadPool pool1(1);
-  ThreadPool pool3(3);
   uint32_t seed = 51;
   for (GgmlType type : all_types()) {
     if (!avx2_panel_type(type)) continue;
@@ -475,12 +472,7 @@ TEST(MatmulAvx2Panels, ManyRowBlocksOddRowsAndTokens) {
     const int64_t min_tokens = ops_internal::avx2_panel_min_tokens(type);
     for (int64_t num_tokens : {min_tokens, int64_t{47}}) {
       SCOPED_TRACE(fmt::format("{} tokens {}", ggml_type_name(type), num_tokens));
-      const std::vector<float> x = make_activations(num_tokens, w.cols, seed++);
-      std::vector<float> y1(num_tokens * w.rows, NAN), y3(num_tokens * w.rows, NAN);
-      matmul_on(Isa::kAvx2, w.matrix(), x.data(), y1.data(), num_tokens, pool1);
-      expect_matches_reference(w, x, y1, num_tokens, Isa::kAvx2);
-      matmul_on(Isa::kAvx2, w.matrix(), x.data(), y3.data(), num_tokens, pool3);
-      ASSERT_EQ(std::memcmp(y1.data(), y3.data(), y1.size() * sizeof(float)), 0);
+      expect_reference_on_one_and_three_threads(Isa::kAvx2, w, num_tokens, seed++);
     }
   }
 }
