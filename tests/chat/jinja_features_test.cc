@@ -68,6 +68,10 @@ std::vector<FeatureCase> feature_cases() {
       {"loop_vars", "{% for x in 'abc' %}{{ loop.index0 }}{{ loop.index }}{{ loop.revindex }}{{ loop.revindex0 }}{{ loop.first }}{{ loop.last }}{{ loop.length }};{% endfor %}"},
       {"loop_prev_next_cycle", "{% for x in [1, 2, 3] %}{{ loop.previtem | default('-') }}{{ loop.nextitem | default('-') }}{{ loop.cycle('a', 'b') }} {% endfor %}"},
       {"nested_loops", "{% for a in [1, 2] %}{% for b in [3, 4] %}{{ a }}{{ b }}{{ loop.index }} {% endfor %}{{ loop.index }}|{% endfor %}"},
+      // `loop` read only inside nested statements (the evaluator builds it only when the body reads it).
+      {"loop_in_nested_statements", "{% for x in [1, 2, 3] %}{% if x > 1 %}{% set y %}{{ loop.index }}{% endset %}{% with z = loop.revindex %}{{ y }}{{ z }}{% endwith %}{% endif %}{% filter upper %}{{ 'abc'[loop.index0] }}{% endfilter %}{% endfor %}"},
+      {"loop_in_inner_filter_and_macro", "{% for x in [1, 2] %}{% macro m() %}{{ loop.index }}{% endmacro %}{{ m() }}{% for y in [5, 6] if loop is defined %}{{ y }}{% endfor %}{% endfor %}"},
+      {"loop_unread_stays_undefined", "{% for x in [1, 2] %}{% for y in [3] %}{{ x }}{{ y }}{% endfor %}{% endfor %}[{{ loop is defined }}]"},
       {"break_continue", "{% for x in range(10) %}{% if x == 2 %}{% continue %}{% endif %}{% if x == 5 %}{% break %}{% endif %}{{ x }}{% endfor %}"},
       {"loop_scoping", "{% set x = 0 %}{% for i in range(3) %}{{ x }}{% set x = x + 1 %}{{ x }};{% endfor %}{{ x }}"},
       {"if_scoping", "{% if true %}{% set y = 5 %}{% endif %}{{ y }}"},
