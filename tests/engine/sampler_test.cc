@@ -1,6 +1,9 @@
 #include "engine/sampler.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
+#include <random>
 #include <map>
 #include <vector>
 
@@ -23,6 +26,37 @@ TEST(Sampler, GreedyPicksArgmaxAndLowestIdOnTies) {
   Sampler s(plain(0.0f));
   EXPECT_EQ(s.sample(std::vector<float>{0.1f, 3.0f, -1.0f, 2.9f}, {}), 1);
   EXPECT_EQ(s.sample(std::vector<float>{5.0f, 1.0f, 5.0f}, {}), 0);
+}
+
+// Greedy over vocabulary-sized rows, checked against std::max_element (first maximum): lengths
+// around the argmax's 256-value blocks and 16-value vector steps, the maximum (and ties of it)
+// placed at every kind of position, and NaNs, which max_element skips unless one comes first.
+TEST(Sampler, GreedyMatchesMaxElementOnLongRows) {
+  Sampler s(plain(0.0f));
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> logit(-20.0f, 20.0f);
+  auto expected = [](const std::vector<float>& v) {
+    return static_cast<TokenId>(std::max_element(v.begin(), v.end()) - v.begin());
+  };
+  int checked = 0;
+  for (size_t n : {1u, 3u, 15u, 16u, 17u, 255u, 256u, 257u, 511u, 1000u, 4099u, 128256u}) {
+    for (int trial = 0; trial < 6; ++trial) {
+      std::vector<float> v(n);
+      for (float& x : v) x = logit(rng);
+      const size_t top = rng() % n;
+      if (trial == 1) v[top] = 25.0f;                                    // a clear maximum anywhere
+      if (trial == 2) v[n - 1] = 25.0f;                                  // in the tail
+      if (trial == 3) v[top] = v[n - 1] = v[n / 2] = 25.0f;              // ties: the first wins
+      if (trial == 4) v[top] = std::nanf("");                            // a NaN is skipped...
+      if (trial == 5) v[0] = std::nanf(""), v[n - 1] = 25.0f;            // ...unless it is first
+      const std::vector<float> copy = v;
+      EXPECT_EQ(s.sample(v, {}), expected(copy)) << "n " << n << " trial " << trial;
+      ++checked;
+    }
+  }
+  std::vector<float> flat(1000, -std::numeric_limits<float>::infinity());
+  EXPECT_EQ(s.sample(flat, {}), 0);
+  EXPECT_EQ(checked, 72);
 }
 
 TEST(Sampler, RepetitionPenaltyDividesPositiveAndMultipliesNegative) {
