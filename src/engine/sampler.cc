@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <unordered_set>
 
@@ -68,6 +69,23 @@ size_t first_argmax(std::span<const float> values) {
   return best;
 }
 
+// The k-th largest score (1 <= k < size), a min-heap of the k best so far: one comparison per
+// score for most of a vocabulary. NaNs count as -inf.
+float kth_largest(std::span<const float> scores, size_t k) {
+  const float minus_inf = -std::numeric_limits<float>::infinity();
+  std::vector<float> heap(k);
+  for (size_t i = 0; i < k; ++i) heap[i] = std::isnan(scores[i]) ? minus_inf : scores[i];
+  std::make_heap(heap.begin(), heap.end(), std::greater<float>());
+  for (size_t i = k; i < scores.size(); ++i) {
+    if (scores[i] > heap.front()) {
+      std::pop_heap(heap.begin(), heap.end(), std::greater<float>());
+      heap.back() = scores[i];
+      std::push_heap(heap.begin(), heap.end(), std::greater<float>());
+    }
+  }
+  return heap.front();
+}
+
 }  // namespace
 
 TokenId Sampler::sample(std::span<const float> logits, std::span<const TokenId> history) {
@@ -85,60 +103,108 @@ TokenId Sampler::sample(std::span<const float> logits, std::span<const TokenId> 
       l = l > 0 ? l / params_.repeat_penalty : l * params_.repeat_penalty;
     }
   }
-  if (params_.temperature <= 0.0f) return static_cast<TokenId>(first_argmax(penalized_));
+  const std::span<const float> scores = penalize ? std::span<const float>(penalized_) : logits;
+  if (params_.temperature <= 0.0f) return static_cast<TokenId>(first_argmax(scores));
 
-  candidates_.clear();
-  for (size_t i = 0; i < penalized_.size(); ++i) candidates_.push_back({static_cast<TokenId>(i), penalized_[i]});
+  const size_t vocab = scores.size();
+  const float max_logit = scores[first_argmax(scores)];
+  if (!std::isfinite(max_logit)) return static_cast<TokenId>(first_argmax(scores));  // nothing to weigh
+  const bool top_k = params_.top_k > 0 && static_cast<size_t>(params_.top_k) < vocab;
+  if (!top_k && params_.top_p >= 1.0f && params_.min_p <= 0.0f) return draw_from_all(scores, max_logit);
+
+  // The survivors are a prefix of the tokens in descending-logit order (ties: lower id first):
+  // top-k, top-p and min-p each cut that order. Only the tokens a cut can keep are sorted.
   auto by_logit = [](const Candidate& a, const Candidate& b) {
     return a.logit != b.logit ? a.logit > b.logit : a.id < b.id;
   };
-  size_t keep = candidates_.size();
-  if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < keep) {
-    keep = static_cast<size_t>(params_.top_k);
-    std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(keep), candidates_.end(),
-                      by_logit);
-  } else {
+  // top-p's probabilities are normalised over the top-k tokens, or over all of them.
+  double normaliser = 0;
+  candidates_.clear();
+  if (top_k) {
+    const size_t k = static_cast<size_t>(params_.top_k);
+    const float kth = kth_largest(scores, k);
+    for (size_t i = 0; i < vocab; ++i) {
+      if (scores[i] > kth) candidates_.push_back({static_cast<TokenId>(i), scores[i]});
+    }
+    for (size_t i = 0; i < vocab && candidates_.size() < k; ++i) {  // ties at the k-th: lower ids
+      if (scores[i] == kth) candidates_.push_back({static_cast<TokenId>(i), scores[i]});
+    }
+    for (const Candidate& c : candidates_) normaliser += std::exp(static_cast<double>(c.logit - max_logit));
     std::sort(candidates_.begin(), candidates_.end(), by_logit);
+  } else {
+    if (params_.top_p < 1.0f) {
+      for (float l : scores) normaliser += std::exp(static_cast<double>(l - max_logit));
+    }
+    // Tokens within `reach` of the best logit, widened until the top-p mass is inside (a token
+    // e^-16 below the best weighs 1e-7 of it, so one pass almost always does), or only those
+    // that min-p can keep (weight ratio >= min_p; the exact test follows below).
+    float reach = 16.0f;
+    if (params_.min_p > 0.0f) reach = static_cast<float>(-std::log(static_cast<double>(params_.min_p))) + 1e-3f;
+    for (;;) {
+      const float floor = max_logit - reach;
+      candidates_.clear();
+      for (size_t i = 0; i < vocab; ++i) {
+        if (scores[i] >= floor) candidates_.push_back({static_cast<TokenId>(i), scores[i]});
+      }
+      std::sort(candidates_.begin(), candidates_.end(), by_logit);
+      if (params_.top_p >= 1.0f || params_.min_p > 0.0f || candidates_.size() == vocab) break;
+      double mass = 0;
+      for (const Candidate& c : candidates_) mass += std::exp(static_cast<double>(c.logit - max_logit));
+      if (mass >= params_.top_p * normaliser) break;
+      reach = reach * 2 + 16.0f;
+    }
   }
-  candidates_.resize(keep);
-
-  // Probabilities at temperature 1 decide top-p and min-p.
-  const float max_logit = candidates_.front().logit;
-  std::vector<double> probs(keep);
-  double sum = 0;
-  for (size_t i = 0; i < keep; ++i) sum += (probs[i] = std::exp(static_cast<double>(candidates_[i].logit - max_logit)));
-  for (double& p : probs) p /= sum;
+  size_t keep = candidates_.size();
   if (params_.top_p < 1.0f) {
     double cumulative = 0;
-    size_t cut = keep;
     for (size_t i = 0; i < keep; ++i) {
-      cumulative += probs[i];
+      cumulative += std::exp(static_cast<double>(candidates_[i].logit - max_logit)) / normaliser;
       if (cumulative >= params_.top_p) {
-        cut = i + 1;
+        keep = i + 1;
         break;
       }
     }
-    keep = cut;
   }
   if (params_.min_p > 0.0f) {
-    const double threshold = params_.min_p * probs.front();
+    // p_i >= min_p * p_max, with p_max's weight exp(0) = 1.
     size_t cut = 1;
-    while (cut < keep && probs[cut] >= threshold) ++cut;
+    while (cut < keep && std::exp(static_cast<double>(candidates_[cut].logit - max_logit)) >= params_.min_p) ++cut;
     keep = cut;
   }
 
-  // Temperature reshapes the survivors, then one draw.
-  std::vector<double> weights(keep);
+  // Temperature reshapes the survivors, then one draw, walking them from the most likely.
   double total = 0;
   for (size_t i = 0; i < keep; ++i) {
-    total += (weights[i] = std::exp(static_cast<double>(candidates_[i].logit - max_logit) / params_.temperature));
+    total += std::exp(static_cast<double>(candidates_[i].logit - max_logit) / params_.temperature);
   }
   double r = rng_.next_double() * total;
   for (size_t i = 0; i < keep; ++i) {
-    r -= weights[i];
+    r -= std::exp(static_cast<double>(candidates_[i].logit - max_logit) / params_.temperature);
     if (r < 0) return candidates_[i].id;
   }
   return candidates_[keep - 1].id;
+}
+
+// No cut: every token is a survivor, drawn in id order (the distribution does not depend on the
+// order, and sorting a 128k vocabulary cost ~15 ms a token). Weights in float: exp of a float
+// difference, summed in double.
+TokenId Sampler::draw_from_all(std::span<const float> scores, float max_logit) {
+  const float inverse_temperature = 1.0f / params_.temperature;
+  weights_.resize(scores.size());
+  double total = 0;
+  for (size_t i = 0; i < scores.size(); ++i) {
+    weights_[i] = std::exp((scores[i] - max_logit) * inverse_temperature);
+    total += weights_[i];
+  }
+  double r = rng_.next_double() * total;
+  size_t last_positive = 0;
+  for (size_t i = 0; i < scores.size(); ++i) {
+    if (weights_[i] <= 0.0f) continue;
+    last_positive = i;
+    r -= weights_[i];
+    if (r < 0) return static_cast<TokenId>(i);
+  }
+  return static_cast<TokenId>(last_positive);  // rounding left r >= 0: the last token with weight
 }
 
 }  // namespace kvlm

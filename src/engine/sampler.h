@@ -24,7 +24,8 @@ struct SamplerParams {
 };
 
 // Order: repetition penalty, then (unless greedy) top-k, top-p and min-p on the
-// temperature-1 distribution, then temperature over the survivors, then one draw.
+// temperature-1 distribution, then temperature over the survivors, then one draw. With no cut
+// at all the draw walks the vocabulary in id order; after a cut, from the most likely survivor.
 class Sampler {
  public:
   explicit Sampler(const SamplerParams& params) : params_(params), rng_(params.seed) {}
@@ -39,10 +40,13 @@ class Sampler {
     TokenId id;
     float logit;
   };
+  TokenId draw_from_all(std::span<const float> scores, float max_logit);
+
   SamplerParams params_;
   Rng rng_;
   std::vector<float> penalized_;       // [vocab]
   std::vector<Candidate> candidates_;  // [vocab] at most
+  std::vector<float> weights_;         // [vocab]: draw_from_all
 };
 
 }  // namespace kvlm

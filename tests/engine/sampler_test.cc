@@ -1,5 +1,7 @@
 #include "engine/sampler.h"
 
+#include "core/rng.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -104,6 +106,11 @@ TEST(Sampler, TopKKeepsOnlyTheKBest) {
   EXPECT_EQ(f.count(0), 0u);
   EXPECT_EQ(f.count(3), 0u);
   EXPECT_GT(f[1], f[2]);
+  // Ties at the k-th logit go to the lower ids.
+  auto tied = frequencies(s, {5.0f, 1.0f, 5.0f, 5.0f, 5.0f}, 4000);
+  EXPECT_EQ(tied.size(), 2u);
+  EXPECT_NEAR(tied[0], 0.5, 0.05);
+  EXPECT_NEAR(tied[2], 0.5, 0.05);
 }
 
 TEST(Sampler, TopPCutsTheTail) {
@@ -123,6 +130,115 @@ TEST(Sampler, MinPDropsUnlikelyTokens) {
   // p_max = 0.5; threshold 0.25 keeps 0.5 and 0.3, drops 0.2.
   auto f = frequencies(s, {std::log(0.5f), std::log(0.3f), std::log(0.2f)}, 20000);
   EXPECT_EQ(f.count(2), 0u);
+}
+
+// The sampler's definition written out plainly: sort the whole vocabulary (logit descending,
+// ties to the lower id), cut with top-k, then top-p on probabilities normalised over what top-k
+// kept, then min-p against the best; draw with temperature over the survivors from the most
+// likely, one Rng double per draw. The sampler sorts only what a cut can keep; with these
+// cuts it must pick the same token as this, draw for draw.
+struct Survivor {
+  TokenId id;
+  double weight;  // at the sampling temperature, relative to the best
+};
+std::vector<Survivor> reference_survivors(const SamplerParams& p, const std::vector<float>& logits) {
+  std::vector<std::pair<float, TokenId>> order;
+  for (size_t i = 0; i < logits.size(); ++i) order.push_back({logits[i], static_cast<TokenId>(i)});
+  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  });
+  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < order.size()) order.resize(static_cast<size_t>(p.top_k));
+  const double best = order.front().first;
+  double sum = 0;
+  for (const auto& [l, id] : order) sum += std::exp(l - best);
+  size_t keep = order.size();
+  if (p.top_p < 1.0f) {
+    double cumulative = 0;
+    for (size_t i = 0; i < order.size(); ++i) {
+      cumulative += std::exp(order[i].first - best) / sum;
+      if (cumulative >= p.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+  }
+  if (p.min_p > 0.0f) {
+    size_t cut = 1;
+    while (cut < keep && std::exp(order[cut].first - best) >= p.min_p) ++cut;
+    keep = cut;
+  }
+  std::vector<Survivor> survivors;
+  for (size_t i = 0; i < keep; ++i) survivors.push_back({order[i].second, std::exp((order[i].first - best) / p.temperature)});
+  return survivors;
+}
+
+TokenId reference_draw(const std::vector<Survivor>& survivors, Rng& rng) {
+  double total = 0;
+  for (const Survivor& s : survivors) total += s.weight;
+  double r = rng.next_double() * total;
+  for (const Survivor& s : survivors) {
+    r -= s.weight;
+    if (r < 0) return s.id;
+  }
+  return survivors.back().id;
+}
+
+TEST(Sampler, CutsMatchTheFullSortDrawForDraw) {
+  struct Cuts {
+    int top_k;
+    float top_p, min_p, temperature;
+  };
+  const std::vector<Cuts> cuts = {
+      {40, 0.95f, 0.05f, 0.8f},  // the CLI's defaults
+      {40, 1.0f, 0.0f, 1.0f},    {1, 1.0f, 0.0f, 1.0f},     {0, 0.9f, 0.0f, 1.0f},  {0, 0.999999f, 0.0f, 1.3f},
+      {0, 1.0f, 0.05f, 0.7f},    {0, 1.0f, 1e-6f, 1.0f},    {0, 0.5f, 0.2f, 2.0f},  {7, 0.3f, 0.0f, 1.0f},
+  };
+  std::mt19937 gen(11);
+  int draws = 0;
+  for (size_t vocab : {3u, 50u, 1000u, 32000u}) {
+    for (float spread : {0.5f, 3.0f, 12.0f, -2.0f}) {  // nearly flat to peaked; negative: whole numbers
+      std::normal_distribution<float> logit(0.0f, std::abs(spread));
+      std::vector<float> logits(vocab);
+      for (float& l : logits) l = spread < 0 ? std::round(logit(gen)) : logit(gen);  // ties at every cut
+      if (vocab > 10) logits[vocab / 3] = logits[vocab / 2];  // a tie
+      for (const Cuts& c : cuts) {
+        SamplerParams p = plain(c.temperature);
+        p.top_k = c.top_k;
+        p.top_p = c.top_p;
+        p.min_p = c.min_p;
+        p.seed = 5;
+        const bool cuts_something = (c.top_k > 0 && static_cast<size_t>(c.top_k) < vocab) || c.top_p < 1.0f ||
+                                    c.min_p > 0.0f;
+        if (!cuts_something) continue;  // drawn in id order: NoCutDrawsFromTheWholeVocabulary
+        Sampler sampler(p);
+        Rng rng(5);
+        const std::vector<Survivor> survivors = reference_survivors(p, logits);
+        for (int i = 0; i < 40; ++i, ++draws) {
+          ASSERT_EQ(sampler.sample(logits, {}), reference_draw(survivors, rng))
+              << "vocab " << vocab << " spread " << spread << " top_k " << c.top_k << " top_p " << c.top_p
+              << " min_p " << c.min_p << " draw " << i;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(draws, (4 * 9 - 1) * 4 * 40);  // {40, 1, 0} cuts nothing from 3 tokens
+}
+
+// No cut: the whole vocabulary is drawn from (in id order, without sorting). A large vocabulary
+// whose mass sits on a few tokens spread through it: frequencies follow the softmax.
+TEST(Sampler, NoCutDrawsFromTheWholeVocabulary) {
+  SamplerParams p = plain(1.0f);
+  Sampler s(p);
+  std::vector<float> logits(32768, -30.0f);
+  logits[5] = std::log(1.0f);
+  logits[20000] = std::log(2.0f);
+  logits[32767] = std::log(5.0f);
+  auto f = frequencies(s, logits, 10000);
+  EXPECT_NEAR(f[5], 0.125, 0.012);
+  EXPECT_NEAR(f[20000], 0.25, 0.015);
+  EXPECT_NEAR(f[32767], 0.625, 0.016);
+  const double others = 1.0 - f[5] - f[20000] - f[32767];
+  EXPECT_LT(others, 0.002);  // 32k tokens of weight e^-30 each: ~1e-9 of the mass
 }
 
 TEST(Sampler, SameSeedSameSequence) {
