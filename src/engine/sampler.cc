@@ -107,8 +107,9 @@ TokenId Sampler::sample(std::span<const float> logits, std::span<const TokenId> 
   if (params_.temperature <= 0.0f) return static_cast<TokenId>(first_argmax(scores));
 
   const size_t vocab = scores.size();
-  const float max_logit = scores[first_argmax(scores)];
-  if (!std::isfinite(max_logit)) return static_cast<TokenId>(first_argmax(scores));  // nothing to weigh
+  const size_t best = first_argmax(scores);
+  const float max_logit = scores[best];
+  if (!std::isfinite(max_logit)) return static_cast<TokenId>(best);  // nothing to weigh
   const bool top_k = params_.top_k > 0 && static_cast<size_t>(params_.top_k) < vocab;
   if (!top_k && params_.top_p >= 1.0f && params_.min_p <= 0.0f) return draw_from_all(scores, max_logit);
 
@@ -116,6 +117,16 @@ TokenId Sampler::sample(std::span<const float> logits, std::span<const TokenId> 
   // top-k, top-p and min-p each cut that order. Only the tokens a cut can keep are sorted.
   auto by_logit = [](const Candidate& a, const Candidate& b) {
     return a.logit != b.logit ? a.logit > b.logit : a.id < b.id;
+  };
+  // weights_[i]: candidate i's temperature-1 weight relative to the best (exp(0) = 1), each
+  // computed once for top-p, min-p and the check that the top-p mass is inside; the sum.
+  auto weigh_candidates = [&] {
+    weights_.resize(candidates_.size());
+    double sum = 0;
+    for (size_t i = 0; i < candidates_.size(); ++i) {
+      sum += (weights_[i] = std::exp(static_cast<double>(candidates_[i].logit - max_logit)));
+    }
+    return sum;
   };
   // top-p's probabilities are normalised over the top-k tokens, or over all of them.
   double normaliser = 0;
@@ -129,8 +140,8 @@ TokenId Sampler::sample(std::span<const float> logits, std::span<const TokenId> 
     for (size_t i = 0; i < vocab && candidates_.size() < k; ++i) {  // ties at the k-th: lower ids
       if (scores[i] == kth) candidates_.push_back({static_cast<TokenId>(i), scores[i]});
     }
-    for (const Candidate& c : candidates_) normaliser += std::exp(static_cast<double>(c.logit - max_logit));
     std::sort(candidates_.begin(), candidates_.end(), by_logit);
+    normaliser = weigh_candidates();
   } else {
     if (params_.top_p < 1.0f) {
       for (float l : scores) normaliser += std::exp(static_cast<double>(l - max_logit));
@@ -147,9 +158,8 @@ TokenId Sampler::sample(std::span<const float> logits, std::span<const TokenId> 
         if (scores[i] >= floor) candidates_.push_back({static_cast<TokenId>(i), scores[i]});
       }
       std::sort(candidates_.begin(), candidates_.end(), by_logit);
+      const double mass = weigh_candidates();
       if (params_.top_p >= 1.0f || params_.min_p > 0.0f || candidates_.size() == vocab) break;
-      double mass = 0;
-      for (const Candidate& c : candidates_) mass += std::exp(static_cast<double>(c.logit - max_logit));
       if (mass >= params_.top_p * normaliser) break;
       reach = reach * 2 + 16.0f;
     }
@@ -158,7 +168,7 @@ TokenId Sampler::sample(std::span<const float> logits, std::span<const TokenId> 
   if (params_.top_p < 1.0f) {
     double cumulative = 0;
     for (size_t i = 0; i < keep; ++i) {
-      cumulative += std::exp(static_cast<double>(candidates_[i].logit - max_logit)) / normaliser;
+      cumulative += weights_[i] / normaliser;
       if (cumulative >= params_.top_p) {
         keep = i + 1;
         break;
@@ -166,20 +176,20 @@ TokenId Sampler::sample(std::span<const float> logits, std::span<const TokenId> 
     }
   }
   if (params_.min_p > 0.0f) {
-    // p_i >= min_p * p_max, with p_max's weight exp(0) = 1.
+    // p_i >= min_p * p_max, with p_max's weight 1.
     size_t cut = 1;
-    while (cut < keep && std::exp(static_cast<double>(candidates_[cut].logit - max_logit)) >= params_.min_p) ++cut;
+    while (cut < keep && weights_[cut] >= params_.min_p) ++cut;
     keep = cut;
   }
 
   // Temperature reshapes the survivors, then one draw, walking them from the most likely.
   double total = 0;
   for (size_t i = 0; i < keep; ++i) {
-    total += std::exp(static_cast<double>(candidates_[i].logit - max_logit) / params_.temperature);
+    total += (weights_[i] = std::exp(static_cast<double>(candidates_[i].logit - max_logit) / params_.temperature));
   }
   double r = rng_.next_double() * total;
   for (size_t i = 0; i < keep; ++i) {
-    r -= std::exp(static_cast<double>(candidates_[i].logit - max_logit) / params_.temperature);
+    r -= weights_[i];
     if (r < 0) return candidates_[i].id;
   }
   return candidates_[keep - 1].id;

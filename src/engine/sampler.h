@@ -46,7 +46,7 @@ class Sampler {
   Rng rng_;
   std::vector<float> penalized_;       // [vocab]
   std::vector<Candidate> candidates_;  // [vocab] at most
-  std::vector<float> weights_;         // [vocab]: draw_from_all
+  std::vector<double> weights_;        // [candidates]: their weights; [vocab] in draw_from_all
 };
 
 }  // namespace kvlm
