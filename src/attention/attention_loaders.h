@@ -24,7 +24,7 @@ inline constexpr float kNegInf = -__builtin_inff();
 
 // Rows of a row block live in registers only when their loops are fully unrolled;
 // -O2 does not do that on its own. Sanitized builds (tests only) leave the loops rolled: the
-// same results, and with their power-of-two row blocks (AttentionKernel::row_block) a quarter
+// same results, and with their row blocks of 8 or 1 (AttentionKernel::row_block) a fraction
 // of the kernels' compile time under clang's ASan.
 #ifdef KVLM_SANITIZED_BUILD
 #define KVLM_ATTENTION_UNROLL

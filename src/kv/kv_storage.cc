@@ -114,7 +114,7 @@ Status KvStorage::init(const KvLayout& layout, KvType k_type, KvType v_type, int
                             num_local_layers_, options.local_num_blocks);
     }
   }
-  local_map_ = LocalBlockMap(num_blocks, num_local_layers_ > 0 ? options.local_num_blocks : 0);
+  const int local_slots = num_local_layers_ > 0 ? options.local_num_blocks : 0;
 
   // Every product is checked: layouts come from model files and flags. Capping the
   // values per block keeps every codec's block_bytes() far from overflowing.
@@ -130,7 +130,7 @@ Status KvStorage::init(const KvLayout& layout, KvType k_type, KvType v_type, int
   const auto global = per_layer ? checked_mul(*per_layer, static_cast<size_t>(layout.num_layers - num_local_layers_))
                                 : std::nullopt;
   const auto per_local_layer =
-      checked_mul(k_block_bytes_ + v_block_bytes_, static_cast<size_t>(local_map_.num_slots()));
+      checked_mul(k_block_bytes_ + v_block_bytes_, static_cast<size_t>(local_slots));
   const auto local =
       per_local_layer ? checked_mul(*per_local_layer, static_cast<size_t>(num_local_layers_)) : std::nullopt;
   const std::optional<size_t> total =
@@ -148,6 +148,10 @@ Status KvStorage::init(const KvLayout& layout, KvType k_type, KvType v_type, int
     return Status::errorf("{} needs {:.2f} GiB, more than the {:.2f} GiB this machine can give", what, gib(*total),
                           gib(limit));
   }
+
+  // Only now the block map: it holds 4 bytes per block id, so an absurd num_blocks (2^30) would
+  // cost gigabytes and seconds before the error above.
+  local_map_ = LocalBlockMap(num_blocks, local_slots);
 
   k_arenas_.clear();
   v_arenas_.clear();

@@ -9,6 +9,7 @@
 #include <regex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -169,7 +170,14 @@ TEST(ArchitecturePerplexityDeepseek2, CombinedKvBQ8_0IsAsCloseToF32AsLlamaCpp) {
   if (!perplexity) GTEST_SKIP() << "shared/anchors/llama.cpp/llama-perplexity not found (set KVLM_SHARED)";
   KVLM_REQUIRE_SHARED(text, "tinystories_valid_head.txt");
   constexpr int kWindows8k = 64;
-  for (const std::string preset : {"deepseek2-tiny-moe", "deepseek2-tiny-moe-sigmoid"}) {
+#ifdef KVLM_SANITIZED_BUILD
+  // ~35 s per preset under ASan: the sanitized run takes the sigmoid preset only (the softmax
+  // one's code runs under ASan in the deepseek2_moe agreement case above); Release runs both.
+  const std::vector<std::string> presets = {"deepseek2-tiny-moe-sigmoid"};
+#else
+  const std::vector<std::string> presets = {"deepseek2-tiny-moe", "deepseek2-tiny-moe-sigmoid"};
+#endif
+  for (const std::string& preset : presets) {
     SCOPED_TRACE(preset);
     const fs::path dir = testing::scratch_dir("arch_kld_" + preset);
     const std::string f32 = (dir / "f32.gguf").string();
