@@ -22,6 +22,7 @@
 #include "engine/engine.h"
 #include "engine/engine_metrics.h"
 #include "engine/request.h"
+#include "engine/sampler.h"
 #include "kv/kv_type.h"
 #include "kv_flags.h"
 #include "model/llama_model.h"
@@ -43,6 +44,12 @@ struct BenchServeFlags {
   KvTypeFlags kv;
   int threads = 0;
   uint64_t seed = 42;
+  // Every request's sampling (its seed: --seed + 1 + its index). The default is greedy; OpenAI's
+  // defaults are --temp 1 with no cut, whose draws walk the whole vocabulary.
+  float temperature = 0.0f;
+  int top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
   bool json = false;
   bool quiet = false;
 };
@@ -58,6 +65,22 @@ struct BenchServeFlagsGiven {
   bool pool_blocks = false;
   bool max_seqs = false;
 };
+
+SamplerParams sampler_params(const BenchServeFlags& f, int request_idx) {
+  SamplerParams p;
+  p.temperature = f.temperature;
+  p.top_k = f.top_k;
+  p.top_p = f.top_p;
+  p.min_p = f.min_p;
+  p.seed = f.seed + 1 + static_cast<uint64_t>(request_idx);
+  return p;
+}
+
+std::string sampling_name(const BenchServeFlags& f) {
+  if (f.temperature <= 0.0f) return "greedy";
+  return fmt::format("temperature {:g}, top-k {}, top-p {:g}, min-p {:g}", f.temperature,
+                     f.top_k > 0 ? std::to_string(f.top_k) : std::string("off"), f.top_p, f.min_p);
+}
 
 // Checks that need no model, so a typo fails before the model loads.
 void check_flags(const BenchServeFlags& f, const BenchServeFlagsGiven& given) {
@@ -75,6 +98,8 @@ void check_flags(const BenchServeFlags& f, const BenchServeFlagsGiven& given) {
                                f.pool_blocks));
   }
   if (given.max_seqs && f.max_seqs < 1) throw CliError(fmt::format("--max-seqs {} must be >= 1", f.max_seqs));
+  const Status sampling = sampler_params(f, 0).validate();
+  if (!sampling.ok()) throw CliError(sampling.message());
   // --block-size and --max-batch-tokens are checked by Engine::create, with their flag names.
 }
 
@@ -185,7 +210,7 @@ ServeResult serve(Engine& engine, const std::vector<std::vector<TokenId>>& promp
       const int idx = next++;
       RequestOptions request;
       request.prompt = prompts[static_cast<size_t>(idx)];
-      request.sampler.temperature = 0;  // greedy
+      request.sampler = sampler_params(f, idx);
       request.max_tokens = f.output_tokens;
       request.stop_at_eos = false;  // every request produces exactly --output-tokens
       auto on_event = [&done, idx](const TokenEvent& event) {
@@ -293,7 +318,11 @@ nlohmann::json to_json(const BenchServeFlags& f, const RunSetup& setup, const Se
         {"max_seqs", setup.max_seqs},
         {"threads", setup.threads},
         {"seed", f.seed},
-        {"sampling", "greedy"}}},
+        {"sampling", sampling_name(f)},
+        {"temperature", f.temperature},
+        {"top_k", f.top_k},
+        {"top_p", f.top_p},
+        {"min_p", f.min_p}}},
       {"requests_completed", s.num_completed},
       {"requests_errored", static_cast<int>(r.errors.size())},
       {"requests_short", s.num_short},
@@ -353,10 +382,10 @@ void print_table(const BenchServeFlags& f, const RunSetup& setup, const ServeRes
   const EngineMetrics& m = r.metrics;
   std::printf("bench-serve: %s\n", f.model.c_str());
   std::printf(
-      "%d requests, %d in flight; prompt %d tokens (first %d shared, %.2f), %d output tokens each, greedy, "
+      "%d requests, %d in flight; prompt %d tokens (first %d shared, %.2f), %d output tokens each, %s, "
       "seed %llu\n",
       f.requests, f.concurrency, f.prompt_tokens, setup.shared_tokens, f.shared_prefix, f.output_tokens,
-      static_cast<unsigned long long>(f.seed));
+      sampling_name(f).c_str(), static_cast<unsigned long long>(f.seed));
   const std::string kv = setup.k_type == setup.v_type ? setup.k_type : setup.k_type + "/" + setup.v_type;
   std::printf("KV %s, block size %d, pool %d blocks%s, max batch tokens %d, max seqs %d, threads %d\n\n", kv.c_str(),
               f.block_size, setup.pool_blocks, setup.pool_auto ? " (default)" : "", f.max_batch_tokens, setup.max_seqs,
@@ -497,7 +526,7 @@ CLI::App* add_bench_serve_command(CLI::App& app) {
                   "finishes)")
       ->capture_default_str();
   cmd->add_option("--prompt-tokens", flags->prompt_tokens, "random prompt tokens per request")->capture_default_str();
-  cmd->add_option("--output-tokens", flags->output_tokens, "tokens generated per request (greedy, EOS ignored)")
+  cmd->add_option("--output-tokens", flags->output_tokens, "tokens generated per request (EOS ignored)")
       ->capture_default_str();
   cmd->add_option("--shared-prefix", flags->shared_prefix,
                   "fraction of each prompt, from its start, identical in every request (0..1)")
@@ -512,7 +541,13 @@ CLI::App* add_bench_serve_command(CLI::App& app) {
       cmd->add_option("--max-seqs", flags->max_seqs, "requests the engine runs at once (default: --concurrency)");
   flags->kv.add_to(cmd);
   cmd->add_option("--threads,-t", flags->threads, "threads (default: all cores)");
-  cmd->add_option("--seed", flags->seed, "seed of the random prompts")->capture_default_str();
+  cmd->add_option("--seed", flags->seed, "seed of the random prompts (request i samples with seed + 1 + i)")
+      ->capture_default_str();
+  cmd->add_option("--temp", flags->temperature, "sampling temperature of every request (<= 0: greedy)")
+      ->capture_default_str();
+  cmd->add_option("--top-k", flags->top_k, "top-k cut (<= 0: off)")->capture_default_str();
+  cmd->add_option("--top-p", flags->top_p, "top-p cut (1: off)")->capture_default_str();
+  cmd->add_option("--min-p", flags->min_p, "min-p cut (0: off)")->capture_default_str();
   cmd->add_flag("--json", flags->json, "print one JSON object with every number on stdout");
   cmd->add_flag("--quiet,-q", flags->quiet, "no progress line on stderr (shown only when stderr is a terminal)");
   cmd->callback([flags, pool_blocks, max_seqs] {

@@ -119,7 +119,17 @@ class Engine {
   // How many leading blocks of a prefix hit are usable: all of them, or (sliding-window layers
   // that keep only windows) the longest run whose last window still holds its local-layer bytes.
   int local_window_cached(std::span<const BlockId> hits) const;
-  void after_forward(EngineRequest& request, int taken, const float* logits, int num_rows);
+  // Books a step's tokens; true when the request has caught up and its last row is to be sampled.
+  bool after_forward(EngineRequest& request, int taken, const float* logits, int num_rows);
+  // Draws the next token of every request caught up in this step, over the pool (each request's
+  // sampler is its own), then takes them in order: stop checks, streaming, finishing.
+  struct SampleJob {
+    EngineRequest* request = nullptr;
+    std::span<const float> logits;  // its last row
+    TokenId token = -1;             // -1: the draw ran out of memory
+  };
+  void sample_and_take(std::vector<SampleJob>& jobs);
+  void take_token(EngineRequest& request, TokenId next);
   void emit_token(EngineRequest& request, TokenId token, std::string text);
   void note_usage();
   // The batched forward; false when it ran out of memory (the step's requests then ended).

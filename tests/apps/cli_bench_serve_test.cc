@@ -46,9 +46,11 @@ TEST(CliBenchServe, JsonHasEveryFieldAndExactCounts) {
   }
   for (const char* key : {"requests", "concurrency", "prompt_tokens", "output_tokens", "shared_prefix",
                           "shared_prefix_tokens", "type_k", "type_v", "block_size", "pool_blocks", "pool_blocks_auto",
-                          "max_batch_tokens", "max_seqs", "threads", "seed", "sampling"}) {
+                          "max_batch_tokens", "max_seqs", "threads", "seed", "sampling", "temperature", "top_k",
+                          "top_p", "min_p"}) {
     EXPECT_TRUE(j["config"].contains(key)) << key;
   }
+  EXPECT_EQ(j["config"]["sampling"].get<std::string>(), "greedy");
   for (const char* key : {"p50", "p99", "mean"}) {
     EXPECT_TRUE(j["ttft_s"][key].is_number()) << key;
     EXPECT_TRUE(j["tpot_s"][key].is_number()) << key;
@@ -153,6 +155,8 @@ TEST(CliBenchServe, BadFlagsGiveOneLineErrors) {
            Case{"--requests 4 --concurrency 2 --max-seqs 0", "--max-seqs 0 must be >= 1"},
            Case{"--requests 4 --concurrency 2 --block-size 0", "--block-size 0 must be in [1, 4096]"},
            Case{"--requests 4 --concurrency 2 --kv-type q9", "--kv-type 'q9'"},
+           Case{"--requests 4 --concurrency 2 --temp 1 --top-p 0", "--top-p 0 must be in (0, 1]"},
+           Case{"--requests 4 --concurrency 2 --temp 1 --min-p 2", "--min-p 2 must be in [0, 1]"},
            Case{"--requests 4 --concurrency 2 --prompt-tokens 250 --output-tokens 10",
                 "--prompt-tokens 250 + --output-tokens 10 = 260 exceeds the model's context of 256"},
            // The engine's own submit error, for a request that could never fit the pool.
@@ -199,6 +203,18 @@ TEST(CliBenchServe, PlannerBatchRowRunsInTheEngine) {
   EXPECT_EQ(j["pool"]["blocks_leaked"], 0);
   EXPECT_EQ(j["pool"]["bytes_per_block"], (*f16)["bytes_per_block"]);
   EXPECT_LE(j["pool"]["peak_bytes"].get<double>(), (*f16)["total_bytes_blocks"].get<double>());
+}
+
+// Sampled requests (OpenAI's defaults: temperature 1, no cut), drawn over the pool within a step
+// (EngineScheduleTest checks such draws batched against each request alone), all complete.
+TEST(CliBenchServe, SampledRequestsComplete) {
+  const std::string base = bench_serve_with_tiny_model("bench_serve_sampled");
+  const auto a = run_json(base + kSmallRun + " --temp 1 --seed 3");
+  EXPECT_EQ(a["config"]["sampling"].get<std::string>(), "temperature 1, top-k off, top-p 1, min-p 0");
+  EXPECT_EQ(a["requests_completed"], a["config"]["requests"]);
+  EXPECT_EQ(a["requests_errored"].get<int>(), 0);
+  EXPECT_EQ(a["output_tokens_total"].get<int>(), 8 * 8);
+  EXPECT_EQ(a["pool"]["blocks_leaked"].get<int>(), 0);
 }
 
 }  // namespace
