@@ -67,13 +67,14 @@ void bm_matmul(benchmark::State& state, GgmlType type, int64_t rows, int64_t col
       static_cast<double>(state.iterations()) * rows * cols * num_tokens / 1e9, benchmark::Counter::kIsRate);
 }
 
+struct Shape {
+  int64_t rows, cols;
+};
+
 const bool kRegistered = [] {
   const GgmlType types[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16,   GgmlType::kQ8_0, GgmlType::kQ4_0,
                             GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,   GgmlType::kIQ4_NL, GgmlType::kQ2_K,
                             GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K,   GgmlType::kQ6_K, GgmlType::kIQ4_XS};
-  struct Shape {
-    int64_t rows, cols;
-  };
   for (int64_t num_tokens : {1, 64}) {
     for (Shape shape : {Shape{2048, 2048}, Shape{8192, 2048}}) {
       for (GgmlType type : types) {
@@ -97,6 +98,20 @@ const bool kRegistered = [] {
         const std::string name = fmt::format("matmul_isa/{}/2048x2048/tokens:{}/isa:{}/threads:2", ggml_type_name(type),
                                              num_tokens, ops_internal::isa_name(isa));
         benchmark::RegisterBenchmark(name.c_str(), bm_matmul, type, 2048, 2048, num_tokens, 2, isa)
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime();
+      }
+    }
+  }
+  // A 512-token prompt through each of a 1B model's matmul shapes (attention 2048², FFN up
+  // 8192×2048, FFN down 2048×8192): the contraction length decides whether a staged panel fits L1.
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+    for (Shape shape : {Shape{2048, 2048}, Shape{8192, 2048}, Shape{2048, 8192}}) {
+      for (ops_internal::Isa isa : ops_internal::available_isas()) {
+        if (isa == ops_internal::Isa::kPortable) continue;
+        const std::string name = fmt::format("matmul_prefill/{}/{}x{}/tokens:512/isa:{}/threads:2",
+                                             ggml_type_name(type), shape.rows, shape.cols, ops_internal::isa_name(isa));
+        benchmark::RegisterBenchmark(name.c_str(), bm_matmul, type, shape.rows, shape.cols, 512, 2, isa)
             ->Unit(benchmark::kMicrosecond)
             ->UseRealTime();
       }

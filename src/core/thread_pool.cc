@@ -1,6 +1,7 @@
 #include "core/thread_pool.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "core/check.h"
 
@@ -126,6 +127,21 @@ void ThreadPool::parallel_for(int64_t n, int64_t min_chunk, const std::function<
     const int64_t begin = c * chunk;
     fn(begin, std::min(n, begin + chunk));
   });
+}
+
+void ThreadPool::parallel_for_tapered(int64_t n, int64_t min_chunk,
+                                      const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  min_chunk = std::max<int64_t>(1, min_chunk);
+  // Equal chunks (parallel_for's four per thread) leave one thread idle for half a chunk on
+  // average at the end: 6% of a 512-token prefill on 2 threads.
+  std::vector<int64_t> bounds{0};
+  const int64_t share = 2 * static_cast<int64_t>(num_threads_);
+  while (bounds.back() < n) {
+    const int64_t left = n - bounds.back();
+    bounds.push_back(bounds.back() + std::min(left, std::max(min_chunk, (left + share - 1) / share)));
+  }
+  run(static_cast<int64_t>(bounds.size()) - 1, [&](int64_t c) { fn(bounds[c], bounds[c + 1]); });
 }
 
 }  // namespace kvlm

@@ -32,6 +32,11 @@ class ThreadPool {
   // Splits [0, n) into contiguous chunks of at least `min_chunk` and calls fn(begin, end).
   void parallel_for(int64_t n, int64_t min_chunk, const std::function<void(int64_t, int64_t)>& fn);
 
+  // As parallel_for, for long uneven work: chunks shrink as the work runs out (each a
+  // 1/(2·threads) share of what remains, at least `min_chunk`), so at the end no thread waits
+  // long for another. The boundaries depend on (n, min_chunk, threads) alone.
+  void parallel_for_tapered(int64_t n, int64_t min_chunk, const std::function<void(int64_t, int64_t)>& fn);
+
   // The machine's hardware threads (at least 1).
   static int default_num_threads();
 

@@ -102,6 +102,11 @@ ActivationBuffer& scratch_token_groups() {
   return buffer;
 }
 
+ActivationBuffer& scratch_widened_activations() {
+  thread_local ActivationBuffer buffer;
+  return buffer;
+}
+
 }  // namespace
 
 ActivationFormat activation_format(GgmlType type) {
@@ -309,10 +314,17 @@ void matmul_with_isa(Isa isa, const WeightMatrix& w, const float* x, float* y, i
     const QuantizeActivationsFn quantize = quantize_fn(isa);
     const bool sums = needs_block_sums(w.type);
     const int64_t min_tokens = std::max<int64_t>(1, 4096 / w.cols);
+    // The AVX2 Q8_0 panels multiply int16 pairs: the values widened once for every thread.
+    int16_t* x16 = nullptr;
+    if (panels && w.type == GgmlType::kQ8_0) {
+      x16 = reinterpret_cast<int16_t*>(scratch_widened_activations().reserve(num_tokens * w.cols * 2));
+      problem.x16 = x16;
+    }
     pool.parallel_for(num_tokens - first_quantized, min_tokens, [&](int64_t begin, int64_t end) {
       begin += first_quantized;
       end += first_quantized;
       quantize(x, w.cols, begin, end, offset, xq);
+      if (x16 != nullptr) widen_activations_avx2(xq, begin, end, x16);
       for (int64_t i = begin * num_blocks; sums && i < end * num_blocks; ++i) {
         int32_t sum = 0;
         for (int k = 0; k < 32; ++k) sum += xq.qs[i * 32 + k];
@@ -360,7 +372,17 @@ void matmul_with_isa(Isa isa, const WeightMatrix& w, const float* x, float* y, i
                                 : decoded_rows_fn(isa, format);
   const MatmulRowsFn groups =
       num_groups == 0 ? nullptr : amx ? matmul_token_groups_amx : matmul_token_groups_avx512;
-  pool.parallel_for(num_row_groups, min_row_groups, [&](int64_t begin, int64_t end) {
+  // Batches split rows in tapering chunks: long uneven work, where equal chunks idle a thread
+  // at the end. A token's result does not depend on the split.
+  const bool batched = panels || amx || num_groups > 0;
+  auto split = [&](const std::function<void(int64_t, int64_t)>& fn) {
+    if (batched) {
+      pool.parallel_for_tapered(num_row_groups, min_row_groups, fn);
+    } else {
+      pool.parallel_for(num_row_groups, min_row_groups, fn);
+    }
+  };
+  split([&](int64_t begin, int64_t end) {
     const int64_t row_begin = begin * row_group;
     const int64_t row_end = std::min(w.rows, end * row_group);
     MatmulProblem chunk = problem;

@@ -1,14 +1,16 @@
-// AVX2 GEMM for batches of quantized tokens (Q8_0, Q4_0 and the super-block types: K-quants,
-// IQ4_XS): each thread stages its weight rows, one L2-sized block at a time, into 8-row panels
-// of 4-bit codes, then runs every 3- or 4-token tile of the batch over each panel.
+// AVX2 GEMM for batches of quantized tokens (Q4_0 and the super-block types: K-quants,
+// IQ4_XS; Q8_0 batches enter here and go to the int16 pairs of matmul_wide_panels_avx2.cc):
+// each thread stages its weight rows, one L2-sized block at a time, into 8-row panels of 4-bit
+// codes, then runs every 3- or 4-token tile of the batch over each panel.
 //
 // Why 4-bit codes: without VNNI the integer dot is vpmaddubsw (u8 × s8 → pairs summed in
 // int16) and vpmaddwd (int16 pairs → int32). With codes u ≤ 15 a pair is at most
 // 2·15·127 = 3810, so the int16 results of a whole 32-column block (8 × 4 columns) add up in
 // int16 without overflow (≤ 30480) and one vpmaddwd per block finishes them: per 4 columns ×
 // 8 rows × 1 token, a vpmaddubsw and a vpaddw. Q4_0 / Q4_K / Q3_K / Q2_K codes are such codes.
-// Wider codes (Q8_0 w + 128, Q5_K, Q6_K, IQ4_XS + 128) become two, u = 16·h + l, each its own
-// plane; no vpsignb is needed, which the usual |w|·sign(x, w) form spends on every product.
+// Q5_K (u ≤ 31) and Q6_K (u ≤ 63) stay one plane whose int16 sums go through vpmaddwd every 4
+// and every 2 quads. IQ4_XS + 128 (8 bits) becomes two planes, u = 16·h + l. No vpsignb is
+// needed, which the usual |w|·sign(x, w) form spends on every product.
 //
 // Panel layout: a panel is 8 rows; in it, block b (32 columns) holds, for each plane, 8 quads
 // of 32 bytes (quad k: row 0's columns 4k..4k+3, row 1's, ... row 7's), then the 8 rows' f32
@@ -33,6 +35,7 @@
 #include "core/check.h"
 #include "ops/matmul_kernels.h"
 #include "ops/matmul_super_decode_avx2.h"
+#include "ops/transpose_avx2.h"
 
 namespace kvlm::ops_internal {
 namespace {
@@ -54,25 +57,12 @@ constexpr int64_t kPrefetchBytes = 512;
 // u in column order, kSubs f32 scales per block, and, where kMins, kSubs mins per block:
 //   value = scale·(u − 2^kOffsetShift)  (integer offset, exact: taken out in int32), or
 //   value = scale·u − min               (kMins: taken out in f32 with the activation sums).
-// u < 16 · kPlanes² (planes of 4 bits: u = l + 16·h).
+// u ≤ kMaxCode; codes of more than 6 bits are split into planes of 4 (u = l + 16·h).
 enum class PanelOffset { kInteger, kMin };
-
-struct PanelQ8_0 {
-  static constexpr int kPlanes = 2;
-  static constexpr int kSubs = 1;
-  static constexpr PanelOffset kOffset = PanelOffset::kInteger;
-  static constexpr int kOffsetShift = 7;  // u = w + 128
-  static constexpr int kUnitBlocks = 1;
-  static constexpr int64_t kUnitBytes = sizeof(BlockQ8_0);
-  static void decode(const uint8_t* block, __m256i* codes, float* scales, float*) {
-    codes[0] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2)),
-                                _mm256_set1_epi8(static_cast<char>(0x80)));
-    scales[0] = super_decode::half(block);
-  }
-};
 
 struct PanelQ4_0 {
   static constexpr int kPlanes = 1;
+  static constexpr int kMaxCode = 15;
   static constexpr int kSubs = 1;
   static constexpr PanelOffset kOffset = PanelOffset::kInteger;
   static constexpr int kOffsetShift = 3;  // nibbles stored + 8
@@ -89,9 +79,10 @@ struct PanelQ4_0 {
 // The super-block types, through the register decoders of matmul_super_decode_avx2.h: d·k of
 // each sub-block is its scale, dmin·mn its min (kUnsignedMin), o·k with o = 2^kShift its
 // offset (kUnsignedOffset, o·k in mn16), and IQ4_XS's signed values move up by 128.
-template <class Super, int kPlanesOf, int kSubsOf, int kShift>
+template <class Super, int kPlanesOf, int kSubsOf, int kShift, int kMaxCodeOf>
 struct PanelSuper {
   static constexpr int kPlanes = kPlanesOf;
+  static constexpr int kMaxCode = kMaxCodeOf;
   static constexpr int kSubs = kSubsOf;  // 1: one scale per 32 columns (repeated in k16), 2: per 16
   static constexpr PanelOffset kOffset =
       Super::kKind == CodeKind::kUnsignedMin ? PanelOffset::kMin : PanelOffset::kInteger;
@@ -122,12 +113,12 @@ struct PanelSuper {
   }
 };
 
-using PanelQ2_K = PanelSuper<SuperQ2K, 1, 2, 0>;     // u ≤ 3, min
-using PanelQ3_K = PanelSuper<SuperQ3K, 1, 2, 2>;     // u ≤ 7, offset 4
-using PanelQ4_K = PanelSuper<SuperQ4K, 1, 1, 0>;     // u ≤ 15, min
-using PanelQ5_K = PanelSuper<SuperQ5K, 2, 1, 0>;     // u ≤ 31, min
-using PanelQ6_K = PanelSuper<SuperQ6K, 2, 2, 5>;     // u ≤ 63, offset 32
-using PanelIq4Xs = PanelSuper<SuperIq4Xs, 2, 1, 7>;  // v + 128
+using PanelQ2_K = PanelSuper<SuperQ2K, 1, 2, 0, 3>;        // min
+using PanelQ3_K = PanelSuper<SuperQ3K, 1, 2, 2, 7>;        // offset 4
+using PanelQ4_K = PanelSuper<SuperQ4K, 1, 1, 0, 15>;       // min
+using PanelQ5_K = PanelSuper<SuperQ5K, 1, 1, 0, 31>;       // min
+using PanelQ6_K = PanelSuper<SuperQ6K, 1, 2, 5, 63>;       // offset 32
+using PanelIq4Xs = PanelSuper<SuperIq4Xs, 2, 1, 7, 255>;  // v + 128
 
 // Splits codes into 4-bit planes.
 template <int kPlanes>
@@ -152,26 +143,6 @@ constexpr int64_t mins_offset() {
 template <class Codes>
 constexpr int64_t staged_block_bytes() {
   return mins_offset<Codes>() + (Codes::kOffset == PanelOffset::kMin ? Codes::kSubs * kPanelRows * 4 : 0);
-}
-
-// rows[i] holds 8 dwords of row i; afterwards rows[k] holds dword k of each row (row order).
-inline void transpose_8x8_dwords(__m256i (&rows)[kPanelRows]) {
-  __m256i pairs[8];
-  for (int i = 0; i < 8; i += 2) {
-    pairs[i] = _mm256_unpacklo_epi32(rows[i], rows[i + 1]);
-    pairs[i + 1] = _mm256_unpackhi_epi32(rows[i], rows[i + 1]);
-  }
-  __m256i quads[8];
-  for (int i = 0; i < 8; i += 4) {
-    quads[i] = _mm256_unpacklo_epi64(pairs[i], pairs[i + 2]);
-    quads[i + 1] = _mm256_unpackhi_epi64(pairs[i], pairs[i + 2]);
-    quads[i + 2] = _mm256_unpacklo_epi64(pairs[i + 1], pairs[i + 3]);
-    quads[i + 3] = _mm256_unpackhi_epi64(pairs[i + 1], pairs[i + 3]);
-  }
-  for (int k = 0; k < 4; ++k) {
-    rows[k] = _mm256_permute2x128_si256(quads[k], quads[k + 4], 0x20);
-    rows[k + 4] = _mm256_permute2x128_si256(quads[k], quads[k + 4], 0x31);
-  }
 }
 
 // Stages rows [r0, row_end) into num_panels panels (the rows past row_end as zeros). Each
@@ -280,6 +251,12 @@ void panel_tile(const uint8_t* panel, const QuantizedActivations& xq, const uint
   constexpr int kPlanes = Codes::kPlanes;
   constexpr int kSubs = Codes::kSubs;
   constexpr int kSubQuads = kQuads / kSubs;
+  // Quads whose int16 pair sums add up before a vpmaddwd: a pair is at most 2·u·127 (a 4-bit
+  // plane's u ≤ 15 lets a whole sub-block add up; Q5_K's 31, 4 quads; Q6_K's 63, 2).
+  constexpr int kPlaneMax = kPlanes == 2 ? 15 : Codes::kMaxCode;
+  constexpr int kSumQuads = std::min(kSubQuads, 32767 / (2 * kPlaneMax * 127));
+  static_assert(kSumQuads >= 1 && kSubQuads % kSumQuads == 0, "codes too wide for int16 pair sums");
+  constexpr int kGroups = kSubQuads / kSumQuads;
   const int64_t num_blocks = xq.num_blocks;
   const int64_t block_bytes = staged_block_bytes<Codes>();
   const int8_t* qs[T];
@@ -299,26 +276,36 @@ void panel_tile(const uint8_t* panel, const QuantizedActivations& xq, const uint
     const uint8_t* block = panel + b * block_bytes;
 #pragma GCC unroll 2
     for (int q = 0; q < kSubs; ++q) {
-      __m256i low[T];
-      __m256i high[T];
+      __m256i dot[T];
 #pragma GCC unroll 4
-      for (int t = 0; t < T; ++t) {
-        low[t] = _mm256_setzero_si256();
-        high[t] = _mm256_setzero_si256();
-      }
+      for (int g = 0; g < kGroups; ++g) {
+        __m256i low[T];
+        __m256i high[T];
 #pragma GCC unroll 4
-      for (int k = q * kSubQuads; k < (q + 1) * kSubQuads; ++k) {
-        const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(block + k * 32));
-        __m256i w1 = _mm256_setzero_si256();
-        if constexpr (kPlanes == 2) {
-          w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(block + kPlaneBytes + k * 32));
+        for (int t = 0; t < T; ++t) {
+          low[t] = _mm256_setzero_si256();
+          high[t] = _mm256_setzero_si256();
+        }
+#pragma GCC unroll 4
+        for (int k = q * kSubQuads + g * kSumQuads; k < q * kSubQuads + (g + 1) * kSumQuads; ++k) {
+          const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(block + k * 32));
+          __m256i w1 = _mm256_setzero_si256();
+          if constexpr (kPlanes == 2) {
+            w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(block + kPlaneBytes + k * 32));
+          }
+#pragma GCC unroll 4
+          for (int t = 0; t < T; ++t) {
+            const __m256i xb = _mm256_set1_epi32(static_cast<int32_t>(
+                super_decode::load_u32(reinterpret_cast<const uint8_t*>(qs[t] + b * 32 + 4 * k))));
+            low[t] = _mm256_add_epi16(low[t], _mm256_maddubs_epi16(w0, xb));
+            if constexpr (kPlanes == 2) high[t] = _mm256_add_epi16(high[t], _mm256_maddubs_epi16(w1, xb));
+          }
         }
 #pragma GCC unroll 4
         for (int t = 0; t < T; ++t) {
-          const __m256i xb = _mm256_set1_epi32(
-              static_cast<int32_t>(super_decode::load_u32(reinterpret_cast<const uint8_t*>(qs[t] + b * 32 + 4 * k))));
-          low[t] = _mm256_add_epi16(low[t], _mm256_maddubs_epi16(w0, xb));
-          if constexpr (kPlanes == 2) high[t] = _mm256_add_epi16(high[t], _mm256_maddubs_epi16(w1, xb));
+          __m256i sum = _mm256_madd_epi16(low[t], ones);
+          if constexpr (kPlanes == 2) sum = _mm256_add_epi32(sum, _mm256_madd_epi16(high[t], sixteen));
+          dot[t] = g == 0 ? sum : _mm256_add_epi32(dot[t], sum);
         }
       }
       const __m256 wd = _mm256_load_ps(reinterpret_cast<const float*>(block + scales_offset<Codes>()) + q * kPanelRows);
@@ -328,14 +315,12 @@ void panel_tile(const uint8_t* panel, const QuantizedActivations& xq, const uint
       }
 #pragma GCC unroll 4
       for (int t = 0; t < T; ++t) {
-        __m256i dot = _mm256_madd_epi16(low[t], ones);
-        if constexpr (kPlanes == 2) dot = _mm256_add_epi32(dot, _mm256_madd_epi16(high[t], sixteen));
         // Sums are broadcast from memory (a load, no shuffle port).
         const __m256 sum = _mm256_broadcast_ss(reinterpret_cast<const float*>(sums[t] + b * kSubs + q));
         if constexpr (Codes::kOffset == PanelOffset::kInteger) {
-          dot = _mm256_sub_epi32(dot, _mm256_slli_epi32(_mm256_castps_si256(sum), Codes::kOffsetShift));
+          dot[t] = _mm256_sub_epi32(dot[t], _mm256_slli_epi32(_mm256_castps_si256(sum), Codes::kOffsetShift));
         }
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(wd, _mm256_set1_ps(scales[t][b])), acc[t]);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[t]), _mm256_mul_ps(wd, _mm256_set1_ps(scales[t][b])), acc[t]);
         if constexpr (Codes::kOffset == PanelOffset::kMin) acc[t] = _mm256_fnmadd_ps(wmin, sum, acc[t]);
       }
     }
@@ -354,7 +339,7 @@ void panel_tile(const uint8_t* panel, const QuantizedActivations& xq, const uint
 
 template <class Codes>
 void run_panels(const MatmulProblem& p, int64_t row_begin, int64_t row_end) {
-  constexpr int kTokens = Codes::kPlanes == 2 ? 3 : 4;  // 16 ymm: T·(planes + 1) accumulators
+  constexpr int kTokens = Codes::kPlanes == 2 ? 3 : 4;  // 16 ymm: T·(planes + 2) accumulators at most
   const WeightMatrix& w = *p.w;
   const QuantizedActivations& xq = *p.xq;
   const int64_t num_blocks = w.cols / 32;
@@ -425,7 +410,7 @@ void matmul_panels_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_e
   count_avx2_panel_kernel_run();
   switch (p.w->type) {
     case GgmlType::kQ8_0:
-      return run_panels<PanelQ8_0>(p, row_begin, row_end);
+      return matmul_wide_panels_avx2(p, row_begin, row_end);  // int16 pairs, not code planes
     case GgmlType::kQ4_0:
       return run_panels<PanelQ4_0>(p, row_begin, row_end);
     case GgmlType::kQ2_K:

@@ -1,10 +1,13 @@
 #include "core/thread_pool.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <new>
 #include <numeric>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -36,6 +39,47 @@ TEST(ThreadPool, ParallelForCoversRangeExactly) {
 
 // A kernel that runs out of memory on a worker must not end the process: the caller gets the
 // exception (the engine then ends that step's requests) and the pool keeps working.
+// Tapering chunks cover the range once, in order, each at least min_chunk but the last, each
+// no longer than the one before, and fall to min_chunk at the end; on one thread too.
+TEST(ThreadPool, TaperedChunksShrinkAndCoverRangeExactly) {
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {1, 7, 256, 1000}) {
+      for (int64_t min_chunk : {1, 4, 300}) {
+        SCOPED_TRACE(::testing::Message() << threads << " threads, n " << n << ", min_chunk " << min_chunk);
+        std::mutex mutex;
+        std::vector<std::pair<int64_t, int64_t>> chunks;
+        pool.parallel_for_tapered(n, min_chunk, [&](int64_t begin, int64_t end) {
+          std::lock_guard<std::mutex> lock(mutex);
+          chunks.emplace_back(begin, end);
+        });
+        std::sort(chunks.begin(), chunks.end());
+        ASSERT_FALSE(chunks.empty());
+        int64_t next = 0;
+        for (size_t i = 0; i < chunks.size(); ++i) {
+          const auto [begin, end] = chunks[i];
+          ASSERT_EQ(begin, next);
+          ASSERT_GT(end, begin);
+          if (i + 1 < chunks.size()) {
+            EXPECT_GE(end - begin, min_chunk);
+          }
+          if (i > 0) {
+            EXPECT_LE(end - begin, chunks[i - 1].second - chunks[i - 1].first);
+          }
+          next = end;
+        }
+        EXPECT_EQ(next, n);
+        const int64_t last = chunks.back().second - chunks.back().first;
+        EXPECT_LE(last, std::min(n, min_chunk));
+        // The first chunk is a 1/(2·threads) share, so a long range is split in many.
+        if (n >= 256 && min_chunk == 1) {
+          EXPECT_EQ(chunks.front().second, (n + 2 * threads - 1) / (2 * threads));
+        }
+      }
+    }
+  }
+}
+
 TEST(ThreadPool, ATaskThatThrowsOnAWorkerIsRethrownToTheCaller) {
   ThreadPool pool(2);
   for (int round = 0; round < 20; ++round) {

@@ -477,6 +477,22 @@ TEST(MatmulAvx2Panels, ManyRowBlocksOddRowsAndTokens) {
   }
 }
 
+// Q8_0 batches on AVX2 take int16 column pairs (matmul_wide_panels_avx2.cc), staged in slices
+// of 64 blocks that add to what earlier slices left in y: 4256 columns are slices of 64, 64 and
+// 5 blocks; 333 rows end in a 5-row panel, and stages or a thread's rows end in a single panel
+// (the 8-row tile) as well as pairs; 13 and 14 tokens end in a 1- and a 2-token tile.
+TEST(MatmulAvx2Panels, Q8_0PairsOverSlicesAndRaggedTiles) {
+  if (!ops_internal::isa_supported(Isa::kAvx2)) GTEST_SKIP() << "avx2 is not available on this CPU";
+  const TestWeights w = make_weights(GgmlType::kQ8_0, 333, 4256, 61);
+  for (int64_t num_tokens : {13, 14}) {
+    SCOPED_TRACE(fmt::format("tokens {}", num_tokens));
+    ASSERT_TRUE(ops_internal::avx2_panels_take_batch(Isa::kAvx2, GgmlType::kQ8_0, num_tokens));
+    const uint64_t before = ops_internal::avx2_panel_kernel_runs();
+    expect_reference_on_one_and_three_threads(Isa::kAvx2, w, num_tokens, 62 + static_cast<uint32_t>(num_tokens));
+    ASSERT_GT(ops_internal::avx2_panel_kernel_runs(), before) << "the AVX2 panel kernel did not run";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(TypesAndIsas, MatmulTest, ::testing::ValuesIn(all_type_isas()),
                          [](const ::testing::TestParamInfo<TypeIsa>& info) {
                            return type_isa_name(info.param.type, info.param.isa);
