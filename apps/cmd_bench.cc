@@ -66,12 +66,20 @@ nlohmann::json row_json(const SpeedBenchRow& row) {
       {"bytes_per_token", row.bytes_per_token},
       {"gb_per_s", row.gb_per_s},
       {"bandwidth_share", row.bandwidth_share},
+      {"read_bandwidth_share", row.read_bandwidth_share},
   };
 }
 
 nlohmann::json probe_json(const BandwidthProbe& b) {
-  return {{"median_gb_s", b.median_gb_s}, {"best_gb_s", b.best_gb_s}, {"samples_gb_s", b.samples_gb_s},
-          {"array_bytes", b.array_bytes}, {"threads", b.threads},   {"describe", describe(b)}};
+  return {{"median_gb_s", b.median_gb_s},
+          {"best_gb_s", b.best_gb_s},
+          {"samples_gb_s", b.samples_gb_s},
+          {"read_median_gb_s", b.read_median_gb_s},
+          {"read_best_gb_s", b.read_best_gb_s},
+          {"read_samples_gb_s", b.read_samples_gb_s},
+          {"array_bytes", b.array_bytes},
+          {"threads", b.threads},
+          {"describe", describe(b)}};
 }
 
 nlohmann::json probe_json(const MatmulProbe& m) {
@@ -172,7 +180,7 @@ void run_bench(const BenchFlags& f, const BenchFlagsGiven& given) {
   std::optional<BandwidthProbe> bandwidth;
   if (!f.no_probe) bandwidth = value_or_throw(probe_bandwidth(pool));
   SpeedBenchResult r = value_or_throw(run_speed_bench(*model, pool, options));
-  if (bandwidth) apply_bandwidth_probe(r, bandwidth->median_gb_s);
+  if (bandwidth) apply_bandwidth_probe(r, bandwidth->median_gb_s, bandwidth->read_median_gb_s);
 
   if (f.json) {
     nlohmann::json rows = nlohmann::json::array();
@@ -206,7 +214,7 @@ void run_bench(const BenchFlags& f, const BenchFlagsGiven& given) {
   }
   std::printf("%s", format_speed_bench_table(r).c_str());
   std::printf("\n%s\n", r.machine.c_str());
-  if (bandwidth) std::printf("memory bandwidth (%% BW divides by its median): %s\n", describe(*bandwidth).c_str());
+  if (bandwidth) std::printf("memory bandwidth (%% BW and %% read divide by its medians): %s\n", describe(*bandwidth).c_str());
   std::string kv_bytes;  // "f16 32768, int8 16896"
   for (const SpeedBenchCodec& c : options.codecs) {
     for (const SpeedBenchRow& row : r.rows) {
@@ -263,10 +271,11 @@ CLI::App* add_bench_command(CLI::App& app) {
   cmd->add_flag("--json", flags->json, "print one JSON object with every row and number");
   flags->mla.add_to(cmd);
   cmd->add_flag("--probe", flags->probe_only,
-                "measure this machine alone: STREAM-triad memory bandwidth and the Q8_0 matmul's throughput, on -t "
+                "measure this machine alone: STREAM-triad and read-only memory bandwidth and the Q8_0 matmul's "
+                "throughput, on -t "
                 "threads (no model)");
   cmd->add_flag("--no-probe", flags->no_probe,
-                "skip the bandwidth probe run before the tests (the % BW column stays empty)");
+                "skip the bandwidth probe run before the tests (the % BW and % read columns stay empty)");
   cmd->callback([flags, fill, prefill_chunk] {
     run_bench(*flags, BenchFlagsGiven{.fill = fill->count() > 0, .prefill_chunk = prefill_chunk->count() > 0});
   });

@@ -3,7 +3,7 @@
 # ../shared/anchors) and kvlm bench, same tests, threads and depths, one repetition of each
 # engine in turn, so that a machine whose speed drifts shifts all of them alike. Prints one table:
 # medians, the ratios, and each engine's share of this machine's measured bandwidth (kvlm bench
-# --probe's triad) for the decode rows.
+# --probe's triad, and its read-only pass) for the decode rows.
 #
 #   scripts/bench-vs-llamacpp.sh MODEL.gguf [-p 512] [-n 32] [-d 0,2048] [-t 2] [-r 3] [--kv f16|bf16|q8]
 #                                [--kvlm build/kvlm] [--anchors ../shared/anchors] [--json OUT.json] [-q]
@@ -104,6 +104,7 @@ def test_name(p, n, d):
 
 probe = run([kvlm, "bench", "--probe", "--json", "-t", opts["-t"]])
 bandwidth = probe["bandwidth"]["median_gb_s"]
+read_bandwidth = probe["bandwidth"]["read_median_gb_s"]
 samples = {}      # (engine, test) -> [t/s]
 traffic = {}      # test -> decode bytes per token (kvlm's count)
 order = []
@@ -134,7 +135,7 @@ for rep in range(reps):
 names = [n for n, _ in engines]
 med = {k: statistics.median(v) for k, v in samples.items()}
 header = ["test"] + [f"{n} t/s" for n in names] + [f"kvlm / {n}" for n in names if n != "kvlm"]
-header += ["MB/token"] + [f"{n} % BW" for n in names]
+header += ["MB/token"] + [f"{n} % BW (triad / read)" for n in names]
 lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
 table = []
 for test in order:
@@ -155,8 +156,10 @@ for test in order:
     for n in names:
         v = med.get((n, test))
         share = bytes_tok * v / 1e9 / bandwidth if bytes_tok and v else None
-        cells.append(f"{100 * share:.0f}%" if share is not None else "")
+        read_share = bytes_tok * v / 1e9 / read_bandwidth if bytes_tok and v else None
+        cells.append(f"{100 * share:.0f}% / {100 * read_share:.0f}%" if share is not None else "")
         entry.setdefault("bandwidth_share", {})[n] = share
+        entry.setdefault("read_bandwidth_share", {})[n] = read_share
     lines.append("| " + " | ".join(cells) + " |")
     table.append(entry)
 print("\n".join(lines))
@@ -164,7 +167,7 @@ threads = int(opts["-t"])
 print(f"\n{os.path.basename(model)}, {threads} thread{'' if threads == 1 else 's'}, KV {kvlm_kv} (llama.cpp {llama_kv}), medians of {reps} "
       f"interleaved repetitions; bandwidth: {probe['bandwidth']['describe']}; {probe['matmul']['describe']}")
 print("MB/token and % BW count what a decode step reads (kvlm's count: every weight matrix + the KV it attends "
-      "over); ik_llama.cpp is an AVX2 build")
+      "over), as a share of the triad and of the read-only bandwidth; ik_llama.cpp is an AVX2 build")
 if opts["--json"]:
     with open(opts["--json"], "w") as f:
         json.dump({"model": model, "threads": int(opts["-t"]), "kv": opts["--kv"], "reps": reps, "probe": probe,

@@ -14,11 +14,19 @@ namespace kvlm {
 // STREAM's triad, a[i] = b[i] + s·c[i] over three arrays of doubles far larger than the caches,
 // split over the pool's threads (each writes the part it first touched). Counted as STREAM
 // counts it: 24 bytes per element (two reads, one write; the write-allocate read is not
-// counted). Decode streams weights and KV the same way, so this is the ceiling it can reach.
+// counted).
+// Decode only reads (weights and KV), so a read-only pass over two of the arrays is measured as
+// well: where stores cost more than loads (a write-allocate read per stored line, which the
+// triad's count leaves out) it is the higher ceiling, and a decode past 100% of the triad is
+// still below it. Which is higher depends on the machine: on Zen 5 (2 threads) the two are
+// within noise of each other (triad 47.7-51.3, read 47.9-50.6 GB/s).
 struct BandwidthProbe {
-  double median_gb_s = 0;  // of the repetitions: what the bench columns divide by
+  double median_gb_s = 0;  // triad, median of the repetitions: what the % BW columns divide by
   double best_gb_s = 0;    // STREAM's own figure
   std::vector<double> samples_gb_s;
+  double read_median_gb_s = 0;  // the read-only pass: what the % read columns divide by
+  double read_best_gb_s = 0;
+  std::vector<double> read_samples_gb_s;
   uint64_t array_bytes = 0;  // each of the three arrays
   int threads = 0;
 };
@@ -45,7 +53,7 @@ struct MachineProbeOptions {
 Result<BandwidthProbe> probe_bandwidth(ThreadPool& pool, const MachineProbeOptions& options = {});
 Result<MatmulProbe> probe_matmul(ThreadPool& pool, int reps = 5);
 
-// "triad 22.8 GB/s (best 23.4) on 2 threads, 3 × 128 MiB"; "Q8_0 matmul 412 GOPS on 2 threads".
+// "triad 22.8 GB/s (best 23.4), read 30.1 GB/s (best 31.0) on 2 threads, 3 x 128 MiB"; "Q8_0 matmul 412 GOPS on 2 threads".
 std::string describe(const BandwidthProbe& probe);
 std::string describe(const MatmulProbe& probe);
 

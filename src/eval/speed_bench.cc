@@ -350,10 +350,13 @@ Result<SpeedBenchResult> run_speed_bench(LlamaModel& model, ThreadPool& pool, co
   return result;
 }
 
-void apply_bandwidth_probe(SpeedBenchResult& result, double bandwidth_gb_s) {
+void apply_bandwidth_probe(SpeedBenchResult& result, double bandwidth_gb_s, double read_bandwidth_gb_s) {
   result.bandwidth_gb_s = bandwidth_gb_s;
+  result.read_bandwidth_gb_s = read_bandwidth_gb_s;
   for (SpeedBenchRow& row : result.rows) {
     row.bandwidth_share = row.is_generation() && bandwidth_gb_s > 0 ? row.gb_per_s / bandwidth_gb_s : 0.0;
+    row.read_bandwidth_share =
+        row.is_generation() && read_bandwidth_gb_s > 0 ? row.gb_per_s / read_bandwidth_gb_s : 0.0;
   }
 }
 
@@ -364,7 +367,8 @@ std::string format_speed_bench_table(const SpeedBenchResult& result) {
   };
   const std::vector<Column> columns = {{"model"},   {"size", true}, {"params", true}, {"backend"},
                                        {"threads", true}, {"type_k"}, {"type_v"}, {"test", true},
-                                       {"t/s", true}, {"MB/tok", true}, {"GB/s", true}, {"% BW", true}};
+                                       {"t/s", true}, {"MB/tok", true}, {"GB/s", true}, {"% BW", true},
+                                       {"% read", true}};
   std::vector<std::vector<std::string>> cells;  // [rows, columns]
   for (const SpeedBenchRow& row : result.rows) {
     cells.push_back({result.model_label, format_bytes_binary(result.model_bytes), format_count_si(result.num_params),
@@ -373,7 +377,9 @@ std::string format_speed_bench_table(const SpeedBenchResult& result) {
                      fmt::format("{:.2f} ± {:.2f}", row.mean_tps, row.stddev_tps),
                      row.is_generation() ? fmt::format("{:.2f}", row.bytes_per_token / 1e6) : std::string(),
                      row.is_generation() ? fmt::format("{:.2f}", row.gb_per_s) : std::string(),
-                     row.bandwidth_share > 0 ? fmt::format("{:.0f}%", 100 * row.bandwidth_share) : std::string()});
+                     row.bandwidth_share > 0 ? fmt::format("{:.0f}%", 100 * row.bandwidth_share) : std::string(),
+                     row.read_bandwidth_share > 0 ? fmt::format("{:.0f}%", 100 * row.read_bandwidth_share)
+                                                  : std::string()});
   }
   // Widths count code points, so "±" takes one column like every other character.
   auto width = [](const std::string& s) {

@@ -80,7 +80,8 @@ struct SpeedBenchRow {
                                       // sliding-window layers count at most their window
   double bytes_per_token = 0;         // weight + KV bytes
   double gb_per_s = 0;                // bytes_per_token × mean_tps / 1e9
-  double bandwidth_share = 0;         // gb_per_s / the machine's probed bandwidth (0: not probed)
+  double bandwidth_share = 0;         // gb_per_s / the machine's probed triad bandwidth (0: not probed)
+  double read_bandwidth_share = 0;    // gb_per_s / the probed read-only bandwidth (0: not probed)
 
   bool is_generation() const { return gen_tokens > 0; }
 };
@@ -97,11 +98,12 @@ struct SpeedBenchResult {
   uint64_t weight_bytes_per_token = 0;  // decode_weight_read_bytes(weights)
   int blocks_in_use_at_end = 0; // blocks the pool still held when the run ended: 0 unless a leak
   double bandwidth_gb_s = 0;    // the machine's triad bandwidth (machine_probe.h); 0: not probed
+  double read_bandwidth_gb_s = 0;  // its read-only bandwidth (the same probe); 0: not probed
   std::vector<SpeedBenchRow> rows;
 };
 
-// Sets the result's bandwidth and each decode row's share of it (its roofline column).
-void apply_bandwidth_probe(SpeedBenchResult& result, double bandwidth_gb_s);
+// Sets the result's bandwidths and each decode row's share of them (its roofline columns).
+void apply_bandwidth_probe(SpeedBenchResult& result, double bandwidth_gb_s, double read_bandwidth_gb_s);
 
 // Checks the options against the model: p, n, depths >= 0 and not all work empty; depth + p + n
 // within the model's context; reps in [1, kMaxReps]; 1 to kMaxCodecs codecs; block size and chunk sane.
@@ -116,9 +118,9 @@ uint64_t decode_weight_read_bytes(const LlamaWeights& weights);
 Result<SpeedBenchResult> run_speed_bench(LlamaModel& model, ThreadPool& pool, const SpeedBenchOptions& options);
 
 // llama-bench's markdown table plus decode traffic columns for tg rows:
-// | model | size | params | backend | threads | type_k | type_v | test | t/s | MB/tok | GB/s | % BW |
-// (MB = 1e6 bytes moved per decode token; % BW = GB/s over the probed bandwidth; all empty on
-// pp rows, % BW also when the machine was not probed).
+// | model | size | params | backend | threads | type_k | type_v | test | t/s | MB/tok | GB/s | % BW | % read |
+// (MB = 1e6 bytes moved per decode token; % BW = GB/s over the probed triad bandwidth, % read over
+// the probed read-only one; all empty on pp rows, the two shares also when the machine was not probed).
 std::string format_speed_bench_table(const SpeedBenchResult& result);
 
 // "1.23 GiB" / "4.56 MiB" and "1.24 B" / "260.00 K", as llama-bench prints size and params.

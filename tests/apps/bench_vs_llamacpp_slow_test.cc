@@ -46,6 +46,8 @@ TEST(BenchVsLlamaCpp, OneTableOfBothEnginesWithRatiosAndBandwidthShares) {
       EXPECT_GT(row["bytes_per_token"].get<double>(), 0.0);
       EXPECT_GT(row["bandwidth_share"]["kvlm"].get<double>(), 0.0);
       EXPECT_GT(row["bandwidth_share"]["llama.cpp"].get<double>(), 0.0);
+      EXPECT_GT(row["read_bandwidth_share"]["kvlm"].get<double>(), 0.0);
+      EXPECT_GT(row["read_bandwidth_share"]["llama.cpp"].get<double>(), 0.0);
     }
   }
   // Bad arguments are one-line errors.

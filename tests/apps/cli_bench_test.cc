@@ -109,26 +109,32 @@ TEST(CliBench, DecodeRowsReportTheirShareOfTheProbedBandwidth) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   const double bandwidth = j["bandwidth"]["median_gb_s"].get<double>();
+  const double read_bandwidth = j["bandwidth"]["read_median_gb_s"].get<double>();
   EXPECT_GT(bandwidth, 0.0);
+  EXPECT_GT(read_bandwidth, 0.0);
   EXPECT_EQ(j["bandwidth"]["threads"].get<int>(), 1);
   for (const auto& row : j["rows"]) {
     SCOPED_TRACE(row["test"].get<std::string>());
     if (row["kind"] == "tg") {
       EXPECT_NEAR(row["bandwidth_share"].get<double>(), row["gb_per_s"].get<double>() / bandwidth, 1e-12);
       EXPECT_GT(row["bandwidth_share"].get<double>(), 0.0);
+      EXPECT_NEAR(row["read_bandwidth_share"].get<double>(), row["gb_per_s"].get<double>() / read_bandwidth, 1e-12);
     } else {
       EXPECT_EQ(row["bandwidth_share"].get<double>(), 0.0);
+      EXPECT_EQ(row["read_bandwidth_share"].get<double>(), 0.0);
     }
   }
   const auto table = run_command(kvlm_binary() + " bench -m " + model.string() + " -p 0 -n 4 -r 1 -t 1");
   ASSERT_EQ(table.exit_code, 0) << table.err;
-  EXPECT_NE(table.out.find("| % BW |"), std::string::npos) << table.out;
-  EXPECT_NE(table.out.find("memory bandwidth (% BW divides by its median): triad"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("| % BW | % read |"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("memory bandwidth (% BW and % read divide by its medians): triad"), std::string::npos)
+      << table.out;
   const auto skipped = run_command(kvlm_binary() + " bench -m " + model.string() + " -p 0 -n 4 -r 1 -t 1 --no-probe --json");
   ASSERT_EQ(skipped.exit_code, 0) << skipped.err;
   const auto s = nlohmann::json::parse(skipped.out);
   EXPECT_TRUE(s["bandwidth"].is_null());
   EXPECT_EQ(s["rows"][0]["bandwidth_share"].get<double>(), 0.0);
+  EXPECT_EQ(s["rows"][0]["read_bandwidth_share"].get<double>(), 0.0);
 }
 
 TEST(CliBench, ProbeMeasuresTheMachineAlone) {
@@ -138,6 +144,9 @@ TEST(CliBench, ProbeMeasuresTheMachineAlone) {
   EXPECT_GT(j["bandwidth"]["median_gb_s"].get<double>(), 0.0);
   EXPECT_GE(j["bandwidth"]["best_gb_s"].get<double>(), j["bandwidth"]["median_gb_s"].get<double>());
   EXPECT_EQ(j["bandwidth"]["samples_gb_s"].size(), 5u);
+  EXPECT_GE(j["bandwidth"]["read_best_gb_s"].get<double>(), j["bandwidth"]["read_median_gb_s"].get<double>());
+  EXPECT_GT(j["bandwidth"]["read_median_gb_s"].get<double>(), 0.0);
+  EXPECT_EQ(j["bandwidth"]["read_samples_gb_s"].size(), 5u);
   EXPECT_GE(j["bandwidth"]["array_bytes"].get<uint64_t>(), uint64_t{128} << 20);
   EXPECT_GT(j["matmul"]["median_gops"].get<double>(), 0.0);
   EXPECT_EQ(j["matmul"]["tokens"].get<int>(), 128);

@@ -23,6 +23,13 @@ TEST(MachineProbe, BandwidthFiguresAreConsistent) {
   for (double s : probe->samples_gb_s) EXPECT_TRUE(std::isfinite(s) && s > 0) << s;
   EXPECT_EQ(probe->best_gb_s, *std::max_element(probe->samples_gb_s.begin(), probe->samples_gb_s.end()));
   EXPECT_LE(probe->median_gb_s, probe->best_gb_s);
+  // The read-only pass over the same arrays (its sum is checked inside the probe).
+  ASSERT_EQ(probe->read_samples_gb_s.size(), 3u);
+  for (double s : probe->read_samples_gb_s) EXPECT_TRUE(std::isfinite(s) && s > 0) << s;
+  EXPECT_EQ(probe->read_best_gb_s,
+            *std::max_element(probe->read_samples_gb_s.begin(), probe->read_samples_gb_s.end()));
+  EXPECT_LE(probe->read_median_gb_s, probe->read_best_gb_s);
+  EXPECT_NE(describe(*probe).find(", read "), std::string::npos) << describe(*probe);
   EXPECT_NE(describe(*probe).find("on 2 threads, 3 x 4 MiB"), std::string::npos) << describe(*probe);
 }
 

@@ -239,14 +239,16 @@ TEST(SpeedBenchRun, TinyEndToEndGivesFiniteNumbersAndConsistentTable) {
   EXPECT_EQ(r.threads, 2);
   EXPECT_NE(r.machine.find("threads: 2"), std::string::npos) << r.machine;
 
-  // The roofline: each decode row's share of a probed bandwidth (here a made-up 10 GB/s).
-  apply_bandwidth_probe(r, 10.0);
+  // The roofline: each decode row's share of the probed bandwidths (made-up 10 GB/s triad, 16 read).
+  apply_bandwidth_probe(r, 10.0, 16.0);
   EXPECT_EQ(r.bandwidth_gb_s, 10.0);
+  EXPECT_EQ(r.read_bandwidth_gb_s, 16.0);
   for (const SpeedBenchRow& row : r.rows) {
     EXPECT_EQ(row.bandwidth_share, row.is_generation() ? row.gb_per_s / 10.0 : 0.0) << row.test;
+    EXPECT_EQ(row.read_bandwidth_share, row.is_generation() ? row.gb_per_s / 16.0 : 0.0) << row.test;
   }
 
-  // Header, separator and one line per row, each with the same 12 columns.
+  // Header, separator and one line per row, each with the same 13 columns.
   const std::string table = format_speed_bench_table(r);
   std::vector<std::string> lines;
   for (size_t begin = 0; begin < table.size();) {
@@ -258,8 +260,8 @@ TEST(SpeedBenchRun, TinyEndToEndGivesFiniteNumbersAndConsistentTable) {
   ASSERT_EQ(lines.size(), 2 + r.rows.size());
   EXPECT_NE(lines[0].find("| model"), std::string::npos);
   EXPECT_NE(lines[0].find("| type_k | type_v |"), std::string::npos);
-  for (const std::string& line : lines) EXPECT_EQ(std::count(line.begin(), line.end(), '|'), 13) << line;
-  EXPECT_NE(lines[0].find("| % BW |"), std::string::npos) << lines[0];
+  for (const std::string& line : lines) EXPECT_EQ(std::count(line.begin(), line.end(), '|'), 14) << line;
+  EXPECT_NE(lines[0].find("| % BW | % read |"), std::string::npos) << lines[0];
   for (size_t i = 0; i < r.rows.size(); ++i) {
     EXPECT_NE(lines[2 + i].find(" " + names[i] + " |"), std::string::npos) << lines[2 + i];
     EXPECT_NE(lines[2 + i].find(fmt::format("{:.2f} ± {:.2f}", r.rows[i].mean_tps, r.rows[i].stddev_tps)),
