@@ -59,7 +59,7 @@ struct SequenceStep {
   // `window` slots. Needed once eviction made slots differ from positions.
   // On a storage that keeps only the windows (KvStorage local layers), the blocks the step
   // writes and reads there must be pinned (LocalWindowHold): the forward never pins or unpins.
-  std::span<const int32_t> local_first_tokens;  // [num_new] or empty
+  std::span<const int32_t> local_first_tokens{};  // [num_new] or empty
 };
 
 // What loading took: kvlm maps the file and uses its matrices in place, so on a cold page cache

@@ -37,7 +37,7 @@ struct ArchCase {
   // the query by W_UK_hᵀ in f32), and a perplexity on one text moves by ~0.1% with any last-bit
   // change, so they are compared over 8k tokens.
   int windows = kWindows;
-  std::string eval_flags;  // added to kvlm eval ppl's
+  std::string eval_flags{};  // added to kvlm eval ppl's
 };
 
 void PrintTo(const ArchCase& c, std::ostream* os) { *os << c.name; }

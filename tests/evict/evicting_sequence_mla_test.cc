@@ -43,7 +43,9 @@ MlaRun run_policy(LlamaModel& model, const EvictionOptions& eviction, KvType typ
       EXPECT_TRUE(s.ok()) << s.message();
       run.logits.insert(run.logits.end(), logits.begin(), logits.end());
       run.live.push_back(seq.live_positions());
-      if (eviction.policy != EvictionPolicy::kNone) EXPECT_LE(seq.num_live(), eviction.budget);
+      if (eviction.policy != EvictionPolicy::kNone) {
+        EXPECT_LE(seq.num_live(), eviction.budget);
+      }
     }
     run.stats = seq.stats();
   }

@@ -84,7 +84,9 @@ TEST_P(Gemma3ForwardTest, EveryStepMatchesReference) {
   const int step = std::min(chunk, static_cast<int>(prompt.size()));
   EXPECT_GT(r->stats.kv_local_blocks_peak, 0);
   EXPECT_LE(r->stats.kv_local_blocks_peak, KvStorage::local_blocks_per_sequence(window, block_size, step));
-  if (window + step + 2 * block_size < 100) EXPECT_LT(r->stats.kv_local_blocks_peak, r->stats.kv_blocks_peak);
+  if (window + step + 2 * block_size < 100) {
+    EXPECT_LT(r->stats.kv_local_blocks_peak, r->stats.kv_blocks_peak);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

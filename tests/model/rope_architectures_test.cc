@@ -138,7 +138,9 @@ TEST(RopeScaling, Llama3FactorsFollowTheWavelengthBands) {
       const double s = (8192.0 / wavelength - 1.0) / 3.0;
       EXPECT_NEAR(1.0 / f[i], (1.0 - s) / 8.0 + s, 1e-6) << i;
     }
-    if (i > 0) EXPECT_GE(f[i], f[i - 1]);
+    if (i > 0) {
+      EXPECT_GE(f[i], f[i - 1]);
+    }
   }
   EXPECT_GT(ones, 0);
   EXPECT_GT(eights, 0);
