@@ -33,6 +33,20 @@ uint64_t default_array_bytes() {
   return std::clamp<uint64_t>(twice, uint64_t{128} << 20, uint64_t{256} << 20);
 }
 
+// GB/s of each of `reps` timed runs of `pass`, which moves `bytes` per run, after one untimed
+// warm-up run: page faults and frequency ramp are not bandwidth.
+template <class Pass>
+std::vector<double> timed_gb_s(int reps, double bytes, const Pass& pass) {
+  pass();
+  std::vector<double> samples;
+  for (int r = 0; r < reps; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    pass();
+    samples.push_back(bytes / seconds_since(start) / 1e9);
+  }
+  return samples;
+}
+
 struct FreeDoubles {
   void operator()(double* p) const { ::operator delete[](p, std::align_val_t{64}); }
 };
@@ -71,16 +85,10 @@ Result<BandwidthProbe> probe_bandwidth(ThreadPool& pool, const MachineProbeOptio
       for (int64_t i = begin; i < end; ++i) x[i] = y[i] + scalar * z[i];
     });
   };
-  triad();  // warm-up: page faults and frequency ramp are not bandwidth
   BandwidthProbe probe;
   probe.array_bytes = static_cast<uint64_t>(n) * sizeof(double);
   probe.threads = pool.num_threads();
-  for (int r = 0; r < options.reps; ++r) {
-    const auto start = std::chrono::steady_clock::now();
-    triad();
-    const double s = seconds_since(start);
-    probe.samples_gb_s.push_back(3.0 * static_cast<double>(probe.array_bytes) / s / 1e9);
-  }
+  probe.samples_gb_s = timed_gb_s(options.reps, 3.0 * static_cast<double>(probe.array_bytes), triad);
   // The result is read back, so the stores cannot be elided.
   if (!(a[n / 2] == 7.0)) return Status::errorf("bandwidth probe: triad computed {} instead of 7", a[n / 2]);
   probe.median_gb_s = median_of(probe.samples_gb_s);
@@ -100,15 +108,12 @@ Result<BandwidthProbe> probe_bandwidth(ThreadPool& pool, const MachineProbeOptio
       total.fetch_add(sum, std::memory_order_relaxed);
     });
   };
-  read_pass();  // warm-up, as for the triad
-  for (int r = 0; r < options.reps; ++r) {
-    const auto start = std::chrono::steady_clock::now();
-    read_pass();
-    const double s = seconds_since(start);
-    probe.read_samples_gb_s.push_back(2.0 * static_cast<double>(probe.array_bytes) / s / 1e9);
+  probe.read_samples_gb_s = timed_gb_s(options.reps, 2.0 * static_cast<double>(probe.array_bytes), read_pass);
+  const uint64_t expected =
+      static_cast<uint64_t>(n) * (std::bit_cast<uint64_t>(1.0) + std::bit_cast<uint64_t>(2.0));
+  if (total.load() != expected) {
+    return Status::errorf("bandwidth probe: the read pass summed {} instead of {}", total.load(), expected);
   }
-  const uint64_t expected = static_cast<uint64_t>(n) * (std::bit_cast<uint64_t>(1.0) + std::bit_cast<uint64_t>(2.0));
-  if (total.load() != expected) return Status::errorf("bandwidth probe: the read pass summed {} instead of {}", total.load(), expected);
   probe.read_median_gb_s = median_of(probe.read_samples_gb_s);
   probe.read_best_gb_s = *std::max_element(probe.read_samples_gb_s.begin(), probe.read_samples_gb_s.end());
   return probe;
@@ -149,7 +154,8 @@ Result<MatmulProbe> probe_matmul(ThreadPool& pool, int reps) {
 
 std::string describe(const BandwidthProbe& p) {
   return fmt::format("triad {:.1f} GB/s (best {:.1f}), read {:.1f} GB/s (best {:.1f}) on {} thread{}, 3 x {} MiB",
-                     p.median_gb_s, p.best_gb_s, p.read_median_gb_s, p.read_best_gb_s, p.threads, p.threads == 1 ? "" : "s", p.array_bytes >> 20);
+                     p.median_gb_s, p.best_gb_s, p.read_median_gb_s, p.read_best_gb_s, p.threads,
+                     p.threads == 1 ? "" : "s", p.array_bytes >> 20);
 }
 
 std::string describe(const MatmulProbe& p) {
