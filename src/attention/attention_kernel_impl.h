@@ -1,6 +1,9 @@
 // Internal to attention/: the body of one attention task, templated on SIMD ops and K/V loaders.
 #pragma once
 
+
+
+
 // Included by exactly one .cc per instruction set (portable, avx2, avx512), each
 // compiled with its own ISA flags. Everything here has internal linkage and calls
 // no out-of-line library code, so the linker can never hand a portable caller a
@@ -397,18 +400,32 @@ struct AttentionKernel {
         t += run;
       }
     };
-    // Blocks sit at random places in the arena, where no hardware prefetcher
-    // looks: fetch the rows kPrefetchTiles tiles ahead of the one computing.
-    auto prefetch_tokens = [&](int t0, int t1) {
+    // K/V rows ahead of the one computing (attention_loaders.h): into L1 by prefetch_tokens,
+    // into L2 by prefetch_far.
+    auto prefetch_tokens = [&](int t0, int t1, bool keys, bool values) {
       visit_runs(t0, min_int(t1, end), [&](int, const BlockRef& kb, const BlockRef& vb, int s0, int s1) {
-        KL::prefetch_slots(kb, w.layout, task.kv_head, s0, s1);
-        if constexpr (!kLatent) VL::prefetch_slots(vb, w.layout, task.kv_head, s0, s1);
+        if (keys) KL::prefetch_slots(kb, w.layout, task.kv_head, s0, s1);
+        if constexpr (!kLatent) {
+          if (values) VL::prefetch_slots(vb, w.layout, task.kv_head, s0, s1);
+        }
       });
     };
-    prefetch_tokens(begin, begin + kPrefetchTiles * kTileTokens);
+    auto prefetch_far = [&](int t0, int t1) {
+      visit_runs(t0, min_int(t1, end), [&](int, const BlockRef& kb, const BlockRef& vb, int s0, int s1) {
+        KL::template prefetch_slots<true>(kb, w.layout, task.kv_head, s0, s1);
+        if constexpr (!kLatent) VL::template prefetch_slots<true>(vb, w.layout, task.kv_head, s0, s1);
+      });
+    };
+    prefetch_far(begin, begin + kPrefetchFarTiles * kTileTokens);
+    prefetch_tokens(begin, begin + kPrefetchTiles * kTileTokens, true, true);
     for (int t0 = begin; t0 < end; t0 += kTileTokens) {
       const int t1 = min_int(t0 + kTileTokens, end);
-      prefetch_tokens(t0 + kPrefetchTiles * kTileTokens, t1 + kPrefetchTiles * kTileTokens);
+      // The tile kPrefetchTiles ahead comes into L1 in two bursts beside the compute rather
+      // than one before it: its keys before q·k, its values after.
+      const int a0 = t0 + kPrefetchTiles * kTileTokens, a1 = t1 + kPrefetchTiles * kTileTokens;
+      prefetch_far(t0 + kPrefetchFarTiles * kTileTokens, t1 + kPrefetchFarTiles * kTileTokens);
+      prefetch_tokens(a0, a1, true, false);
+      bool values_ahead = false;
       visit_runs(t0, t1, [&](int i, const BlockRef& kb, const BlockRef& vb, int s0, int s1) {
         const int first = i;
         KL::rows(kb, w.layout, task.kv_head, s0, s1, krows + first);
@@ -434,6 +451,10 @@ struct AttentionKernel {
         } else {
           with_rows(nr, [&](auto rows) { qk<rows()>(q_block, krows, n, D, s); });
         }
+        if (!values_ahead) {
+          prefetch_tokens(a0, a1, false, true);
+          values_ahead = true;
+        }
         for (int i = 0; i < nr; ++i) {
           const int hi = max_int(0, min_int(n, row_end(r0 + i) - t0));
           const int lo = max_int(0, row_begin(r0 + i) - t0);
@@ -450,6 +471,7 @@ struct AttentionKernel {
         }
         with_rows(nr, [&](auto rows) { pv<rows()>(s, vrows, n, Dv, acc_block); });
       }
+      if (!values_ahead) prefetch_tokens(a0, a1, false, true);  // no row block saw this tile
     }
 
     for (int r = 0; r < num_rows; ++r) {
