@@ -1,9 +1,6 @@
 // Internal to attention/: the body of one attention task, templated on SIMD ops and K/V loaders.
 #pragma once
 
-
-
-
 // Included by exactly one .cc per instruction set (portable, avx2, avx512), each
 // compiled with its own ISA flags. Everything here has internal linkage and calls
 // no out-of-line library code, so the linker can never hand a portable caller a
@@ -400,31 +397,28 @@ struct AttentionKernel {
         t += run;
       }
     };
-    // K/V rows ahead of the one computing (attention_loaders.h): into L1 by prefetch_tokens,
-    // into L2 by prefetch_far.
-    auto prefetch_tokens = [&](int t0, int t1, bool keys, bool values) {
+    // K/V rows of tokens [t0, t1) ahead of the one computing (attention_loaders.h), into L2
+    // (to_l2: std::true_type) or L1.
+    auto prefetch_tokens = [&](auto to_l2, int t0, int t1, bool keys, bool values) {
+      constexpr bool kToL2 = decltype(to_l2)::value;
       visit_runs(t0, min_int(t1, end), [&](int, const BlockRef& kb, const BlockRef& vb, int s0, int s1) {
-        if (keys) KL::prefetch_slots(kb, w.layout, task.kv_head, s0, s1);
+        if (keys) KL::template prefetch_slots<kToL2>(kb, w.layout, task.kv_head, s0, s1);
         if constexpr (!kLatent) {
-          if (values) VL::prefetch_slots(vb, w.layout, task.kv_head, s0, s1);
+          if (values) VL::template prefetch_slots<kToL2>(vb, w.layout, task.kv_head, s0, s1);
         }
       });
     };
-    auto prefetch_far = [&](int t0, int t1) {
-      visit_runs(t0, min_int(t1, end), [&](int, const BlockRef& kb, const BlockRef& vb, int s0, int s1) {
-        KL::template prefetch_slots<true>(kb, w.layout, task.kv_head, s0, s1);
-        if constexpr (!kLatent) VL::template prefetch_slots<true>(vb, w.layout, task.kv_head, s0, s1);
-      });
-    };
-    prefetch_far(begin, begin + kPrefetchFarTiles * kTileTokens);
-    prefetch_tokens(begin, begin + kPrefetchTiles * kTileTokens, true, true);
+    constexpr std::true_type kL2{};
+    constexpr std::false_type kL1{};
+    prefetch_tokens(kL2, begin, begin + kPrefetchFarTiles * kTileTokens, true, true);
+    prefetch_tokens(kL1, begin, begin + kPrefetchTiles * kTileTokens, true, true);
     for (int t0 = begin; t0 < end; t0 += kTileTokens) {
       const int t1 = min_int(t0 + kTileTokens, end);
       // The tile kPrefetchTiles ahead comes into L1 in two bursts beside the compute rather
       // than one before it: its keys before q·k, its values after.
       const int a0 = t0 + kPrefetchTiles * kTileTokens, a1 = t1 + kPrefetchTiles * kTileTokens;
-      prefetch_far(t0 + kPrefetchFarTiles * kTileTokens, t1 + kPrefetchFarTiles * kTileTokens);
-      prefetch_tokens(a0, a1, true, false);
+      prefetch_tokens(kL2, t0 + kPrefetchFarTiles * kTileTokens, t1 + kPrefetchFarTiles * kTileTokens, true, true);
+      prefetch_tokens(kL1, a0, a1, true, false);
       bool values_ahead = false;
       visit_runs(t0, t1, [&](int i, const BlockRef& kb, const BlockRef& vb, int s0, int s1) {
         const int first = i;
@@ -452,7 +446,7 @@ struct AttentionKernel {
           with_rows(nr, [&](auto rows) { qk<rows()>(q_block, krows, n, D, s); });
         }
         if (!values_ahead) {
-          prefetch_tokens(a0, a1, false, true);
+          prefetch_tokens(kL1, a0, a1, false, true);
           values_ahead = true;
         }
         for (int i = 0; i < nr; ++i) {
@@ -471,7 +465,7 @@ struct AttentionKernel {
         }
         with_rows(nr, [&](auto rows) { pv<rows()>(s, vrows, n, Dv, acc_block); });
       }
-      if (!values_ahead) prefetch_tokens(a0, a1, false, true);  // no row block saw this tile
+      if (!values_ahead) prefetch_tokens(kL1, a0, a1, false, true);  // no row block saw this tile
     }
 
     for (int r = 0; r < num_rows; ++r) {
