@@ -6,22 +6,27 @@
 # --probe's triad, and its read-only pass) for the decode rows.
 #
 #   scripts/bench-vs-llamacpp.sh MODEL.gguf [-p 512] [-n 32] [-d 0,2048] [-t 2] [-r 3] [--kv f16|bf16|q8]
-#                                [--kvlm build/kvlm] [--anchors ../shared/anchors] [--json OUT.json] [-q]
+#                                [--isa auto|avx2] [--kvlm build/kvlm] [--anchors ../shared/anchors]
+#                                [--json OUT.json] [-q]
 #
 # Progress (one line per engine run) goes to stderr; -q silences it.
 # --kv q8 compares kvlm's int8 cache with llama.cpp's q8_0 (both 8 bits a value plus a scale).
+# --isa avx2 compares the AVX2 paths on a machine that has more: kvlm runs with KVLM_CPU=avx2, and
+# llama.cpp from a temporary copy of its folder without the CPU variants above haswell, so its
+# runtime dispatch loads libggml-cpu-haswell.so (ik_llama.cpp is an AVX2 build either way). The
+# footer names the variant llama.cpp loaded and the kernel features kvlm ran with.
 # An engine whose binary is missing is left out with a message; kvlm must be there.
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 exec python3 - "$here" "$@" <<'PY'
-import json, os, statistics, subprocess, sys
+import json, os, re, statistics, subprocess, sys
 
 root = sys.argv[1]
 args = sys.argv[2:]
 usage = ("usage: scripts/bench-vs-llamacpp.sh MODEL.gguf [-p N] [-n N] [-d D1,D2] [-t T] [-r R] "
-         "[--kv f16|bf16|q8] [--kvlm PATH] [--anchors DIR] [--json OUT] [-q]")
+         "[--kv f16|bf16|q8] [--isa auto|avx2] [--kvlm PATH] [--anchors DIR] [--json OUT] [-q]")
 opts = {"-p": "512", "-n": "32", "-d": "0", "-t": str(min(os.cpu_count() or 1, 2)), "-r": "3", "--kv": "f16",
-        "--kvlm": os.path.join(root, "build", "kvlm"), "--anchors": None, "--json": None}
+        "--isa": "auto", "--kvlm": os.path.join(root, "build", "kvlm"), "--anchors": None, "--json": None}
 model = None
 quiet = False
 i = 0
@@ -59,9 +64,26 @@ kv_map = {"f16": ("f16", "f16"), "bf16": ("bf16", "bf16"), "q8": ("int8", "q8_0"
 if opts["--kv"] not in kv_map:
     sys.exit(f"bench-vs-llamacpp: --kv '{opts['--kv']}' is not one of: {', '.join(kv_map)}")
 kvlm_kv, llama_kv = kv_map[opts["--kv"]]
+if opts["--isa"] not in ("auto", "avx2"):
+    sys.exit(f"bench-vs-llamacpp: --isa '{opts['--isa']}' is not one of: auto, avx2")
 reps = int(opts["-r"])
 if reps < 1:
     sys.exit("bench-vs-llamacpp: -r must be at least 1")
+
+def avx2_only_copy(bench):
+    """llama-bench in a temporary copy of its folder holding no CPU variant above haswell: ggml
+    loads the best variant found beside the binary, so this one can only pick haswell (or x64)."""
+    import atexit, shutil, tempfile
+    src = os.path.dirname(bench)
+    if not os.path.isfile(os.path.join(src, "libggml-cpu-haswell.so")):
+        sys.exit(f"bench-vs-llamacpp: --isa avx2 needs {src}/libggml-cpu-haswell.so")
+    dst = tempfile.mkdtemp(prefix="bench-vs-llamacpp-")
+    atexit.register(shutil.rmtree, dst, ignore_errors=True)
+    for f in os.listdir(src):
+        if f.startswith("libggml-cpu-") and f not in ("libggml-cpu-haswell.so", "libggml-cpu-x64.so"):
+            continue
+        shutil.copy2(os.path.join(src, f), dst)
+    return os.path.join(dst, os.path.basename(bench))
 
 kvlm = opts["--kvlm"]
 if not os.access(kvlm, os.X_OK):
@@ -69,6 +91,9 @@ if not os.access(kvlm, os.X_OK):
 anchors = opts["--anchors"] or os.environ.get("KVLM_SHARED") and os.path.join(os.environ["KVLM_SHARED"], "anchors")
 if not anchors:
     anchors = os.path.join(root, "..", "shared", "anchors")
+kvlm_env = dict(os.environ)
+if opts["--isa"] == "avx2":
+    kvlm_env["KVLM_CPU"] = "avx2"
 engines = []  # (name, command without -r)
 common = ["-m", model, "-p", opts["-p"], "-n", opts["-n"], "-t", opts["-t"]]
 deep = any(int(d) > 0 for d in depths)
@@ -79,6 +104,8 @@ for name, rel, extra, takes_depth in (("llama.cpp", "llama.cpp/llama-bench", ["-
     if not os.access(path, os.X_OK):
         print(f"note: {name} left out: no {path}", file=sys.stderr)
         continue
+    if name == "llama.cpp" and opts["--isa"] == "avx2":
+        path = avx2_only_copy(path)
     depth = ["-d", opts["-d"]] if takes_depth else []
     if deep and not takes_depth:
         if "0" not in depths:
@@ -88,21 +115,26 @@ for name, rel, extra, takes_depth in (("llama.cpp", "llama.cpp/llama-bench", ["-
     engines.append((name, [path] + common + depth + extra + ["-ctk", llama_kv, "-ctv", llama_kv, "-o", "json"]))
 engines.append(("kvlm", [kvlm, "bench"] + common + ["-d", opts["-d"], "--kv-type", kvlm_kv, "--no-probe", "--json"]))
 
-def run(cmd, fatal=True):
-    r = subprocess.run(cmd, capture_output=True, text=True)
+ran_with = {}  # engine -> the CPU variant or kernel features it reported
+
+def run(cmd, fatal=True, env=None):
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         message = f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stderr[-2000:]}"
         if fatal:
             sys.exit(f"bench-vs-llamacpp: {message}")
         print(f"note: {message}", file=sys.stderr)
         return None
+    loaded = re.search(r"loaded CPU backend from (\S+)", r.stderr)
+    if loaded:
+        ran_with.setdefault(cmd[0], os.path.basename(loaded.group(1)))
     return json.loads(r.stdout)
 
 def test_name(p, n, d):
     name = f"pp{p}" if p > 0 else f"tg{n}"
     return name if d == 0 else f"{name} @ d{d}"
 
-probe = run([kvlm, "bench", "--probe", "--json", "-t", opts["-t"]])
+probe = run([kvlm, "bench", "--probe", "--json", "-t", opts["-t"]], env=kvlm_env)
 bandwidth = probe["bandwidth"]["median_gb_s"]
 read_bandwidth = probe["bandwidth"]["read_median_gb_s"]
 samples = {}      # (engine, test) -> [t/s]
@@ -113,12 +145,15 @@ for rep in range(reps):
         if not quiet:
             print(f"rep {rep + 1}/{reps}: {name}", file=sys.stderr, flush=True)
         # An anchor that cannot run this file (llama.cpp refuses some shapes) is left out, said so.
-        out = run(cmd + ["-r", "1"], fatal=name == "kvlm")
+        out = run(cmd + ["-r", "1"], fatal=name == "kvlm", env=kvlm_env if name == "kvlm" else None)
         if out is None:
             engines.remove((name, cmd))
             print(f"note: {name} left out of the table", file=sys.stderr)
             continue
         rows = out["rows"] if name == "kvlm" else out
+        if name == "kvlm":
+            features = re.search(r"kernel features: ([^;]*)", out.get("machine", ""))
+            ran_with.setdefault("kvlm", f"kernel features {features.group(1)}" if features else "?")
         for row in rows:
             if name == "kvlm":
                 test = row["test"]
@@ -168,8 +203,13 @@ print(f"\n{os.path.basename(model)}, {threads} thread{'' if threads == 1 else 's
       f"interleaved repetitions; bandwidth: {probe['bandwidth']['describe']}; {probe['matmul']['describe']}")
 print("MB/token and % BW count what a decode step reads (kvlm's count: every weight matrix + the KV it attends "
       "over), as a share of the triad and of the read-only bandwidth; ik_llama.cpp is an AVX2 build")
+cpu_paths = {}
+for name, cmd in engines:
+    fallback = "its AVX2 build" if name == "ik_llama.cpp" else "not reported"
+    cpu_paths[name] = ran_with.get("kvlm" if name == "kvlm" else cmd[0], fallback)
+print(f"CPU paths (--isa {opts['--isa']}): " + "; ".join(f"{n}: {v}" for n, v in cpu_paths.items()))
 if opts["--json"]:
     with open(opts["--json"], "w") as f:
-        json.dump({"model": model, "threads": int(opts["-t"]), "kv": opts["--kv"], "reps": reps, "probe": probe,
-                   "rows": table}, f, indent=2)
+        json.dump({"model": model, "threads": int(opts["-t"]), "kv": opts["--kv"], "isa": opts["--isa"],
+                   "cpu_paths": cpu_paths, "reps": reps, "probe": probe, "rows": table}, f, indent=2)
 PY
