@@ -117,19 +117,15 @@ struct SuperKernel {
   }
 };
 
-// Full tiles where they fit, then 1-row / 1-token tiles (the same operations per element).
+// One row at a time (kRows): tokens in tiles of kTokens, then one by one (the same operations
+// per element).
 template <class Kernel>
 void run_tiles(const MatmulProblem& p, int64_t row_begin, int64_t row_end) {
-  int64_t r = row_begin;
-  for (; r + kRows <= row_end; r += kRows) {
+  static_assert(kRows == 1, "rows beyond a tile's would need their own loop");
+  for (int64_t r = row_begin; r < row_end; ++r) {
     int64_t t = p.token_begin;
     for (; t + kTokens <= p.token_end; t += kTokens) Kernel::template tile<kRows, kTokens>(p, r, t);
     for (; t < p.token_end; ++t) Kernel::template tile<kRows, 1>(p, r, t);
-  }
-  for (; r < row_end; ++r) {
-    int64_t t = p.token_begin;
-    for (; t + kTokens <= p.token_end; t += kTokens) Kernel::template tile<1, kTokens>(p, r, t);
-    for (; t < p.token_end; ++t) Kernel::template tile<1, 1>(p, r, t);
   }
 }
 
