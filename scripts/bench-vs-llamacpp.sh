@@ -117,7 +117,7 @@ engines.append(("kvlm", [kvlm, "bench"] + common + ["-d", opts["-d"], "--kv-type
 
 ran_with = {}  # engine -> the CPU variant or kernel features it reported
 
-def run(cmd, fatal=True, env=None):
+def run(cmd, fatal=True, env=None, engine=None):
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         message = f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stderr[-2000:]}"
@@ -126,8 +126,8 @@ def run(cmd, fatal=True, env=None):
         print(f"note: {message}", file=sys.stderr)
         return None
     loaded = re.search(r"loaded CPU backend from (\S+)", r.stderr)
-    if loaded:
-        ran_with.setdefault(cmd[0], os.path.basename(loaded.group(1)))
+    if loaded and engine:
+        ran_with.setdefault(engine, os.path.basename(loaded.group(1)))
     return json.loads(r.stdout)
 
 def test_name(p, n, d):
@@ -145,7 +145,7 @@ for rep in range(reps):
         if not quiet:
             print(f"rep {rep + 1}/{reps}: {name}", file=sys.stderr, flush=True)
         # An anchor that cannot run this file (llama.cpp refuses some shapes) is left out, said so.
-        out = run(cmd + ["-r", "1"], fatal=name == "kvlm", env=kvlm_env if name == "kvlm" else None)
+        out = run(cmd + ["-r", "1"], fatal=name == "kvlm", env=kvlm_env if name == "kvlm" else None, engine=name)
         if out is None:
             engines.remove((name, cmd))
             print(f"note: {name} left out of the table", file=sys.stderr)
@@ -203,10 +203,7 @@ print(f"\n{os.path.basename(model)}, {threads} thread{'' if threads == 1 else 's
       f"interleaved repetitions; bandwidth: {probe['bandwidth']['describe']}; {probe['matmul']['describe']}")
 print("MB/token and % BW count what a decode step reads (kvlm's count: every weight matrix + the KV it attends "
       "over), as a share of the triad and of the read-only bandwidth; ik_llama.cpp is an AVX2 build")
-cpu_paths = {}
-for name, cmd in engines:
-    fallback = "its AVX2 build" if name == "ik_llama.cpp" else "not reported"
-    cpu_paths[name] = ran_with.get("kvlm" if name == "kvlm" else cmd[0], fallback)
+cpu_paths = {n: ran_with.get(n, "its AVX2 build" if n == "ik_llama.cpp" else "not reported") for n in names}
 print(f"CPU paths (--isa {opts['--isa']}): " + "; ".join(f"{n}: {v}" for n, v in cpu_paths.items()))
 if opts["--json"]:
     with open(opts["--json"], "w") as f:
