@@ -102,7 +102,9 @@ ActivationBuffer& scratch_token_groups() {
   return buffer;
 }
 
-ActivationBuffer& scratch_widened_activations() {
+// The activations rearranged for one kernel: widened to int16 (AVX2 Q8_0 panels) or in block
+// pairs (AVX2 Q4_0 rows).
+ActivationBuffer& scratch_regrouped_activations() {
   thread_local ActivationBuffer buffer;
   return buffer;
 }
@@ -290,6 +292,7 @@ void matmul_with_isa(Isa isa, const WeightMatrix& w, const float* x, float* y, i
   problem.y = y;
   int64_t bytes_per_token = w.cols * static_cast<int64_t>(sizeof(float));
   QuantizedActivations xq;
+  Q4PairActivations x4;
   SuperBlockActivations xk;
   TokenGroupActivations xg;
   int64_t num_groups = 0;  // groups of 16 tokens for the token-group kernel
@@ -317,14 +320,24 @@ void matmul_with_isa(Isa isa, const WeightMatrix& w, const float* x, float* y, i
     // The AVX2 Q8_0 panels multiply int16 pairs: the values widened once for every thread.
     int16_t* x16 = nullptr;
     if (panels && w.type == GgmlType::kQ8_0) {
-      x16 = reinterpret_cast<int16_t*>(scratch_widened_activations().reserve(num_tokens * w.cols * 2));
+      x16 = reinterpret_cast<int16_t*>(scratch_regrouped_activations().reserve(num_tokens * w.cols * 2));
       problem.x16 = x16;
+    }
+    // The AVX2 Q4_0 row kernel unpacks two weight blocks at once: the activations in pairs.
+    if (isa == Isa::kAvx2 && w.type == GgmlType::kQ4_0 && !panels) {
+      x4.num_pairs = num_blocks / 2;
+      uint8_t* bytes = scratch_regrouped_activations().reserve(
+          std::max<int64_t>(1, num_tokens * Q4PairActivations::bytes_per_token(x4.num_pairs)));
+      x4.qs = reinterpret_cast<int8_t*>(bytes);
+      x4.bias = reinterpret_cast<int32_t*>(bytes + num_tokens * x4.num_pairs * 64);
+      problem.x4 = &x4;
     }
     pool.parallel_for(num_tokens - first_quantized, min_tokens, [&](int64_t begin, int64_t end) {
       begin += first_quantized;
       end += first_quantized;
       quantize(x, w.cols, begin, end, offset, xq);
       if (x16 != nullptr) widen_activations_avx2(xq, begin, end, x16);
+      if (problem.x4 != nullptr) pair_q4_activations(xq, begin, end, x4);
       for (int64_t i = begin * num_blocks; sums && i < end * num_blocks; ++i) {
         int32_t sum = 0;
         for (int k = 0; k < 32; ++k) sum += xq.qs[i * 32 + k];

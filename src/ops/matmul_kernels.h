@@ -28,6 +28,18 @@ struct QuantizedActivations {
   static int64_t bytes_per_token(int64_t num_blocks) { return num_blocks * (32 + 4 + 8 * 4 + 4); }
 };
 
+// Q4_0 activations for the AVX2 row kernels: each token's blocks in pairs (2j, 2j + 1), laid out
+// so that one 256-bit unpack of the two weight blocks' nibbles meets them (low nibbles: elements
+// 0-15 of both blocks, high nibbles: 16-31), and the bias lanes the pair's dot then needs.
+// A last unpaired block stays in QuantizedActivations' layout.
+struct Q4PairActivations {
+  int64_t num_pairs = 0;    // per token: num_blocks / 2
+  int8_t* qs = nullptr;     // [num_tokens, num_pairs, 64]: x_2j[0:16] x_2j+1[0:16] x_2j[16:32] x_2j+1[16:32]
+  int32_t* bias = nullptr;  // [num_tokens, num_pairs, 8]:  lanes 0-3 block 2j, 4-7 block 2j + 1
+
+  static int64_t bytes_per_token(int64_t num_pairs) { return num_pairs * (64 + 8 * 4); }
+};
+
 // Activations for the 256-element super-block types (K-quants, IQ4_XS), as GGML's Q8_K: each
 // 256 values of a token become int8 q with x ≈ d·q, d = amax/127 (round to nearest even), and
 // the sums of each 16 consecutive q, which the weights' per-sub-block mins multiply.
@@ -142,6 +154,7 @@ struct MatmulProblem {
   const TokenGroupActivations* xg = nullptr;  // xq regrouped (token-group kernel)
   const Bf16TokenGroups* xb = nullptr;        // x as bf16 groups (AMX kernel)
   const int16_t* x16 = nullptr;               // xq's values as int16, [num_tokens, cols] (AVX2 Q8_0 panels)
+  const Q4PairActivations* x4 = nullptr;      // xq in block pairs (AVX2 Q4_0 row kernel)
   float* y = nullptr;                         // [num_tokens, rows]
   int64_t token_begin = 0;
   int64_t token_end = 0;
@@ -184,6 +197,10 @@ bool amx_takes_batch(Isa isa, GgmlType type, int64_t num_tokens);
 // call, and runs 3-4 token tiles over them, on p.xq (32-element blocks for every type).
 void matmul_panels_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_end);
 bool avx2_panels_support(GgmlType type);
+// Tokens [token_begin, token_end) of xq (quantized with Q4_0's bias offset) into out's pairs.
+void pair_q4_activations(const QuantizedActivations& xq, int64_t token_begin, int64_t token_end,
+                         const Q4PairActivations& out);
+
 // Q8_0 batches on AVX2 (matmul_wide_panels_avx2.cc): weights staged as int16 column pairs,
 // multiplied by vpmaddwd; same results as the code panels, fewer ALU ops per product.
 void matmul_wide_panels_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_end);
