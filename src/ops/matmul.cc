@@ -246,9 +246,8 @@ void interleave_token_groups(const QuantizedActivations& xq, int64_t group_begin
 int64_t avx2_panel_min_tokens(GgmlType type) {
   switch (type) {
     case GgmlType::kQ8_0:
-      return 12;
     case GgmlType::kQ4_0:
-      return 6;
+      return 16;
     default:
       return 8;
   }

@@ -480,11 +480,11 @@ TEST(MatmulAvx2Panels, ManyRowBlocksOddRowsAndTokens) {
 // Q8_0 batches on AVX2 take int16 column pairs (matmul_wide_panels_avx2.cc), staged in slices
 // of 64 blocks that add to what earlier slices left in y: 4256 columns are slices of 64, 64 and
 // 5 blocks; 333 rows end in a 5-row panel, and stages or a thread's rows end in a single panel
-// (the 8-row tile) as well as pairs; 13 and 14 tokens end in a 1- and a 2-token tile.
+// (the 8-row tile) as well as pairs; 16 and 17 tokens end in a 1- and a 2-token tile.
 TEST(MatmulAvx2Panels, Q8_0PairsOverSlicesAndRaggedTiles) {
   if (!ops_internal::isa_supported(Isa::kAvx2)) GTEST_SKIP() << "avx2 is not available on this CPU";
   const TestWeights w = make_weights(GgmlType::kQ8_0, 333, 4256, 61);
-  for (int64_t num_tokens : {13, 14}) {
+  for (int64_t num_tokens : {16, 17}) {
     SCOPED_TRACE(fmt::format("tokens {}", num_tokens));
     ASSERT_TRUE(ops_internal::avx2_panels_take_batch(Isa::kAvx2, GgmlType::kQ8_0, num_tokens));
     const uint64_t before = ops_internal::avx2_panel_kernel_runs();
@@ -503,7 +503,7 @@ TEST(Matmul, RawQuantizedBlocksWithEveryByteValue) {
   for (GgmlType type : all_types()) {
     if (!is_quantized(type)) continue;
     const TestWeights w = make_raw_blocks(type, 9, is_super_block(type) ? 512 : 160, 11);
-    for (int64_t num_tokens : {5, 13}) {  // row kernels; batch kernels (AVX2 panels)
+    for (int64_t num_tokens : {5, 17}) {  // row kernels; batch kernels (AVX2 panels)
       const std::vector<float> x = make_activations(num_tokens, w.cols, 12);
       for (Isa isa : ops_internal::available_isas()) {
         SCOPED_TRACE(fmt::format("{} tokens {}", type_isa_name(type, isa), num_tokens));
@@ -524,9 +524,9 @@ TEST(Matmul, LargestOperandsStayExact) {
   for (GgmlType type : all_types()) {
     if (!is_quantized(type)) continue;
     const TestWeights w = make_raw_blocks(type, 5, 512, 13);
-    // All +1, all -1, random signs; 3 tokens take the row kernels, 13 the batch kernels (AVX2
+    // All +1, all -1, random signs; 3 tokens take the row kernels, 17 the batch kernels (AVX2
     // panels, whose int16 block sums are then largest).
-    for (int64_t num_tokens : {3, 13}) {
+    for (int64_t num_tokens : {3, 17}) {
       std::vector<float> x(num_tokens * w.cols);
       for (int64_t t = 0; t < num_tokens; ++t) {
         for (int64_t c = 0; c < w.cols; ++c) {
