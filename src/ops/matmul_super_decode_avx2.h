@@ -41,10 +41,12 @@ namespace super_decode {
 
 inline __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 inline __m128i load128(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+// F16C's conversion (exact, as fp16_to_fp32): the portable one branches and shifts in scalar
+// code, which a K-quant block's d and dmin paid on every row.
 inline float half(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
-  return fp16_to_fp32(h);
+  return _cvtsh_ss(h);
 }
 inline uint32_t load_u32(const uint8_t* p) {
   uint32_t v;
