@@ -165,8 +165,9 @@ struct Q8_0Kernel {
 // and one shift + AND give the low and the high nibbles of both, and their two vpmaddubsw sums
 // (each pair of products ≤ 2·15·128) add in int16 before one vpmaddwd: lanes 0-3 hold block
 // 2j, lanes 4-7 block 2j + 1, scaled by a vector of the two blocks' d_w·d_x. One token's
-// decode was instruction-bound at 12 vector ops per 18-byte block (2 threads: 25 GB/s on Zen 5
-// against 42 for the AVX-512 kernel); a pair takes 17. A last odd block takes the single form.
+// decode was instruction-bound at 12 vector ops per 18-byte block (2 threads, Zen 5: 22.5-25
+// GB/s against 33-42 for the AVX-512 kernel); a pair takes 17. A last odd block takes the
+// single form.
 struct Q4_0Kernel {
   static constexpr int kRows = 2;
   static constexpr int kTokens = 2;

@@ -215,7 +215,8 @@ void widen_activations_avx2(const QuantizedActivations& xq, int64_t token_begin,
 // in pairs (1.2-1.9x faster), and with weights cold in DRAM as in a model (Zen 5 with
 // KVLM_CPU=avx2, 2048², 8192 × 2048, 2048 × 8192): Q4_0 panels / rows 1.7x at 8, 1.03-1.18x at
 // 16, 0.87-0.99x at 24; Q8_0 1.12-1.16x at 12, 1.00-1.03x at 16, 0.86-0.87x at 24; Q4_K 1.12x at
-// 8, 0.86x at 12. Q8_0 and Q4_0 switch at 16, where the two machines agree.
+// 8, 0.86x at 12. Q8_0 switches at 16, where both machines measured even; Q4_0 at 16 too,
+// below Zen 5's crossover (17-24 tokens by shape), as Sapphire Rapids' was not re-measured.
 int64_t avx2_panel_min_tokens(GgmlType type);
 bool avx2_panels_take_batch(Isa isa, GgmlType type, int64_t num_tokens);
 // Its own witness (beside the AVX2 count): tests that expect the panels assert they ran.
