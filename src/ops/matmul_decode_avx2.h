@@ -10,20 +10,13 @@
 #include <immintrin.h>
 
 #include "core/check.h"
+#include "ops/half_f16c.h"
 #include "ops/matmul_decode.h"
 
 namespace kvlm::ops_internal {
 namespace {
 
 inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
-
-// F16C conversion (exact, as fp16_to_fp32): one instruction, where the portable bit
-// manipulation cost more than the block's dot for 32-element blocks.
-inline float half_f16c(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
 
 // 16 bytes of nibbles → 32 bytes: low nibbles (elements 0-15), then high nibbles (16-31).
 inline __m256i nibbles_to_bytes(__m128i packed) {

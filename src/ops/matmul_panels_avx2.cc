@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "ops/half_f16c.h"
 #include "ops/matmul_kernels.h"
 #include "ops/matmul_super_decode_avx2.h"
 #include "ops/transpose_avx2.h"
@@ -72,7 +73,7 @@ struct PanelQ4_0 {
   static void decode(const uint8_t* block, __m256i* codes, float* scales, float*) {
     const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2));
     codes[0] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(0x0f));
-    scales[0] = super_decode::half(block);
+    scales[0] = half_f16c(block);
   }
 };
 

@@ -22,8 +22,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "core/dtype.h"
 #include "core/quant_blocks.h"
+#include "ops/half_f16c.h"
 
 namespace kvlm::ops_internal {
 namespace {
@@ -41,13 +41,6 @@ namespace super_decode {
 
 inline __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 inline __m128i load128(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
-// F16C's conversion (exact, as fp16_to_fp32): the portable one branches and shifts in scalar
-// code, which a K-quant block's d and dmin paid on every row.
-inline float half(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
 inline uint32_t load_u32(const uint8_t* p) {
   uint32_t v;
   std::memcpy(&v, p, 4);
@@ -83,8 +76,8 @@ inline SuperScales k_quant_scales_6bit(const uint8_t* b) {
   SuperScales s;
   s.k16 = widen_pairs(_mm_cvtsi64_si128(static_cast<int64_t>(sc_lo | uint64_t{sc_hi} << 32)));
   s.mn16 = widen_pairs(_mm_cvtsi64_si128(static_cast<int64_t>(mn_lo | uint64_t{mn_hi} << 32)));
-  s.d = half(b);
-  s.dmin = half(b + 2);
+  s.d = half_f16c(b);
+  s.dmin = half_f16c(b + 2);
   return s;
 }
 
@@ -98,8 +91,8 @@ struct SuperQ2K {  // scales[16] (scale | min << 4), qs[64], d, dmin
     SuperScales s;
     s.k16 = _mm256_cvtepu8_epi16(_mm_and_si128(packed, m4));
     s.mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), m4));
-    s.d = half(b + 80);
-    s.dmin = half(b + 82);
+    s.d = half_f16c(b + 80);
+    s.dmin = half_f16c(b + 82);
     return s;
   }
   // Element 128h + 32j + l is bits 2j, 2j+1 of qs[32h + l].
@@ -130,7 +123,7 @@ struct SuperQ3K {  // hmask[32], qs[64], scales[12], d; value = d·k·(low + 4·
     SuperScales s;
     s.k16 = _mm256_cvtepi8_epi16(_mm_sub_epi8(raw, _mm_set1_epi8(32)));
     s.mn16 = _mm256_slli_epi16(s.k16, 2);  // offset 4
-    s.d = half(b + 108);
+    s.d = half_f16c(b + 108);
     s.dmin = 0.0f;
     return s;
   }
@@ -186,7 +179,7 @@ struct SuperQ6K {  // ql[128], qh[64], scales[16] (int8), d; value = d·k·(q - 
     SuperScales s;
     s.k16 = _mm256_cvtepi8_epi16(load128(b + 192));
     s.mn16 = _mm256_slli_epi16(s.k16, 5);  // offset 32: |32·k| ≤ 4096
-    s.d = half(b + 208);
+    s.d = half_f16c(b + 208);
     s.dmin = 0.0f;
     return s;
   }
@@ -234,7 +227,7 @@ struct SuperIq4Xs {  // d, scales_h (u16), scales_l[4], qs[128]; value = d·(ls 
     SuperScales s;
     s.k16 = _mm256_sub_epi16(widen_pairs(packed), _mm256_set1_epi16(32));
     s.mn16 = _mm256_setzero_si256();
-    s.d = half(b);
+    s.d = half_f16c(b);
     s.dmin = 0.0f;
     return s;
   }

@@ -26,6 +26,7 @@
 #include <type_traits>
 
 #include "core/check.h"
+#include "ops/half_f16c.h"
 #include "ops/matmul_kernels.h"
 #include "ops/matmul_super_decode_avx2.h"
 #include "ops/transpose_avx2.h"
@@ -75,7 +76,7 @@ __attribute__((noinline)) void stage_panels(const WeightMatrix& w, int64_t r0, i
         const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2));
         low[i] = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q));
         high[i] = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(q, 1));
-        scales[i] = super_decode::half(block);
+        scales[i] = half_f16c(block);
       }
       transpose_8x8_dwords(low);
       transpose_8x8_dwords(high);
