@@ -83,8 +83,11 @@ struct TokenGroupActivations {
   int8_t* qs = nullptr;     // [num_groups, num_blocks, 8 lanes, kTokens, 4]
   float* scales = nullptr;  // [num_groups, num_blocks, kTokens]
   int32_t* sums = nullptr;  // [num_groups, num_blocks, kTokens]   Σ q of the token's block
+  // [num_groups, num_blocks, kTokens]   Σ q of the block's first 16 elements (the super-block
+  // kernel's types with 16-element sub-blocks scale the halves apart)
+  int32_t* half_sums = nullptr;
 
-  static int64_t bytes_per_token(int64_t num_blocks) { return num_blocks * (32 + 4 + 4); }
+  static int64_t bytes_per_token(int64_t num_blocks) { return num_blocks * (32 + 4 + 4 + 4); }
 };
 
 // Activations for the AMX kernel: groups of 16 tokens as bf16 (rounded to nearest even), each 32
@@ -179,6 +182,17 @@ void matmul_rows_super_avx2(const MatmulProblem& p, int64_t row_begin, int64_t r
 void matmul_rows_super_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_end);
 // Q8_0 / Q4_0 only, on p.xg; about twice the rows kernel's throughput for batches.
 void matmul_token_groups_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_end);
+// The super-block types (K-quants, IQ4_XS) on p.xg (matmul_super_groups_avx512.cc): each tile of
+// rows staged as one code per byte with f32 half-block scales, then the groups run over it.
+void matmul_super_token_groups_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_end);
+// Batches of at least this many tokens of a super-block type take that kernel on Isa::kAvx512
+// and Isa::kAmx, every token in a group (the last one padded): the row kernels take another
+// activation format. Measured: see matmul.cc.
+int64_t avx512_super_group_min_tokens();
+bool avx512_super_groups_take_batch(Isa isa, GgmlType type, int64_t num_tokens);
+// Runs of that kernel, a witness for the tests (as avx2_panel_kernel_runs).
+uint64_t avx512_super_group_kernel_runs();
+void count_avx512_super_group_kernel_run();
 // Groups of 16 tokens on AMX BF16 tiles, on p.xb (Q8_0 / Q4_0; weights rounded to bf16).
 void matmul_token_groups_amx(const MatmulProblem& p, int64_t row_begin, int64_t row_end);
 // How many groups of 16 tokens (the last possibly partial) matmul_with_isa sends to the

@@ -142,10 +142,19 @@ bool avx2_panel_type(GgmlType type) {
   }
 }
 
+// Whether a batch of a super-block type takes the AVX-512 group kernel (matmul_super_groups_avx512.cc),
+// which groups every token of the batch.
+bool super_groups_expected(GgmlType type, Isa isa, int64_t num_tokens) {
+  return (isa == Isa::kAvx512 || isa == Isa::kAmx) && is_super_block(type) &&
+         num_tokens >= ops_internal::avx512_super_group_min_tokens();
+}
+
 // The activation block a call quantizes with: 256 for the super-block types' row kernels, 32
-// for everything else (the AVX2 panel kernel takes 32-element blocks for every type).
+// for everything else (the AVX2 panel kernel and the AVX-512 super-block group kernel take
+// 32-element blocks for every type).
 int64_t activation_block(GgmlType type, Isa isa, int64_t num_tokens) {
   if (isa == Isa::kAvx2 && avx2_panel_type(type) && num_tokens >= ops_internal::avx2_panel_min_tokens(type)) return 32;
+  if (super_groups_expected(type, isa, num_tokens)) return 32;
   return is_super_block(type) ? 256 : 32;
 }
 
@@ -154,6 +163,7 @@ void matmul_on(Isa isa, const WeightMatrix& w, const float* x, float* y, int64_t
   const Isa witness = isa == Isa::kAmx && !amx_tiles_expected(w.type, num_tokens) ? Isa::kAvx512 : isa;
   const uint64_t before = ops_internal::isa_kernel_runs(witness);
   const uint64_t panels_before = ops_internal::avx2_panel_kernel_runs();
+  const uint64_t super_groups_before = ops_internal::avx512_super_group_kernel_runs();
   ops_internal::matmul_with_isa(isa, w, x, y, num_tokens, pool);
   ASSERT_GT(ops_internal::isa_kernel_runs(witness), before) << "no " << ops_internal::isa_name(witness) << " kernel ran";
   // AVX2 batches of these types must take the panel kernel, and nothing else may.
@@ -163,6 +173,15 @@ void matmul_on(Isa isa, const WeightMatrix& w, const float* x, float* y, int64_t
     ASSERT_GT(ops_internal::avx2_panel_kernel_runs(), panels_before) << "the AVX2 panel kernel did not run";
   } else {
     ASSERT_EQ(ops_internal::avx2_panel_kernel_runs(), panels_before) << "the AVX2 panel kernel ran";
+  }
+  // AVX-512 (and AMX) batches of the super-block types must take their group kernel, and
+  // nothing else may.
+  if (super_groups_expected(w.type, isa, num_tokens)) {
+    ASSERT_GT(ops_internal::avx512_super_group_kernel_runs(), super_groups_before)
+        << "the AVX-512 super-block group kernel did not run";
+  } else {
+    ASSERT_EQ(ops_internal::avx512_super_group_kernel_runs(), super_groups_before)
+        << "the AVX-512 super-block group kernel ran";
   }
 }
 
@@ -290,7 +309,9 @@ std::vector<TypeIsa> all_type_isas() {
   std::vector<TypeIsa> out;
   for (GgmlType type : all_types()) {
     for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) out.push_back({type, isa});
-    if (type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0) out.push_back({type, Isa::kAmx});
+    // AMX machines: Q8_0 / Q4_0 batches take the tiles, the super-block types the AVX-512 group
+    // kernel (under Isa::kAmx, as the default ISA there).
+    if (type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 || is_super_block(type)) out.push_back({type, Isa::kAmx});
   }
   return out;
 }
@@ -370,7 +391,11 @@ TEST_P(MatmulTest, TokenResultsIndependentOfBatchNeighbours) {
   std::vector<float> y(num_tokens * w.rows);
   matmul_on(isa, w.matrix(), x.data(), y.data(), num_tokens, pool);
   const int64_t num_groups = ops_internal::token_groups_for_batch(isa, type, num_tokens);
-  ASSERT_LE(num_groups, 1);
+  if (super_groups_expected(type, isa, num_tokens)) {
+    ASSERT_EQ(num_groups, 2);  // every token in a group, the second padded
+  } else {
+    ASSERT_LE(num_groups, 1);
+  }
   // AVX2 batches take the panel kernel: each token is compared with itself in another batch
   // (first, beside three other tokens) instead of alone.
   const bool panels = ops_internal::avx2_panels_take_batch(isa, type, num_tokens);
@@ -444,13 +469,15 @@ TEST(MatmulAmx, ManyRowBlocksOddRowsAndTokens) {
   }
 }
 
-// The AVX-512 token-group kernel runs 12-row tiles over groups of 16 tokens, reading Q8_0
-// weights in place and Q4_0 ones staged per tile: whole tiles, a last tile of every height
-// below 12 (333 rows on 1 thread end in 9; 3 threads split at other multiples of 4), one group,
-// and three groups plus a padded one, on 1 and 3 threads (whose row splits must not change a bit).
+// The AVX-512 token-group kernels run 12-row tiles over groups of 16 tokens, reading Q8_0
+// weights in place and Q4_0 and the super-block types staged per tile: whole tiles, a last tile
+// of every height below 12 (333 rows on 1 thread end in 9; 3 threads split at other multiples
+// of 4), one group, and three groups plus a padded one, on 1 and 3 threads (whose row splits
+// must not change a bit).
 TEST(MatmulAvx512Groups, ManyTilesOddRowsAndTokens) {
   if (!ops_internal::isa_supported(Isa::kAvx512)) GTEST_SKIP() << "avx512 is not available on this CPU";
-  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0}) {
+  for (GgmlType type : all_types()) {
+    if (type != GgmlType::kQ8_0 && type != GgmlType::kQ4_0 && !is_super_block(type)) continue;
     const TestWeights w = make_weights(type, 333, 4096, 71);
     for (int64_t num_tokens : {int64_t{16}, int64_t{59}}) {
       SCOPED_TRACE(fmt::format("{} tokens {}", ggml_type_name(type), num_tokens));
