@@ -11,8 +11,6 @@
 #endif
 #include <immintrin.h>
 
-#include <type_traits>
-
 #include "core/check.h"
 #include "ops/matmul_kernels.h"
 #include "ops/matmul_super_decode_avx2.h"
@@ -20,8 +18,13 @@
 namespace kvlm::ops_internal {
 namespace {
 
-// Batches: 2 rows × 4 tokens (8 int32 sums and 8 f32 accumulators of 32 zmm); decode: 1 token
-// × decode_rows<Q>() rows (below).
+// Batches: 2 rows × 4 tokens (8 int32 sums and 8 f32 accumulators of 32 zmm). Decode: 1 row ×
+// 1 token, one sequential weight stream. Four rows had kept four streams in flight, which Q4_K
+// and Q5_K needed while d and dmin went through the scalar fp16 conversion; since they convert
+// with F16C, one row is faster for every type. Measured (one token, 7-11 interleaved rounds in
+// one process, Zen 5, 8192 x 2048 and 2048 x 8192, 1 and 2 threads), one row's time / four
+// rows': Q4_K 0.85-0.99, Q5_K 0.87-0.93, IQ4_XS 0.96-1.01; Q6_K, Q3_K and Q2_K took one row
+// already (1.08-1.28x faster than four).
 constexpr int kRows = 2;
 constexpr int kTokens = 4;
 constexpr int64_t kPrefetchRows = 8;
@@ -154,21 +157,10 @@ void run_tiles(const MatmulProblem& p, int64_t row_begin, int64_t row_end) {
   }
 }
 
-// Rows per decode tile. 4 rows keep four independent weight streams in flight, which Q4_K and
-// Q5_K need (2048 × 8192, 2 threads: 1 row 0.93× as fast). Q6_K, Q3_K and Q2_K decode more
-// instructions per block, and 4 rows of their codes and scales outgrow the registers: 1 row is
-// faster (Zen 5, 1 and 2 threads, 8192 × 2048 and 2048 × 8192, 7 interleaved rounds: Q6_K
-// 1.12-1.28×, Q3_K 1.08-1.19×, Q2_K 0.99-1.09×). IQ4_XS measured even (0.99-1.06×).
-template <class Q>
-constexpr int decode_rows() {
-  if constexpr (std::is_same_v<Q, SuperQ6K> || std::is_same_v<Q, SuperQ3K> || std::is_same_v<Q, SuperQ2K>) return 1;
-  return 4;
-}
-
 template <class Q>
 void run_super(const MatmulProblem& p, int64_t row_begin, int64_t row_end) {
   if (p.token_end - p.token_begin < kTokens) {
-    return run_tiles<SuperKernel<Q>, decode_rows<Q>(), 1>(p, row_begin, row_end);
+    return run_tiles<SuperKernel<Q>, 1, 1>(p, row_begin, row_end);
   }
   run_tiles<SuperKernel<Q>, kRows, kTokens>(p, row_begin, row_end);
 }
