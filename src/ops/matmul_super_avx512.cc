@@ -1,9 +1,14 @@
 // AVX-512 fused kernel for the super-block types (Q2_K .. Q6_K, IQ4_XS): each weight block is
-// decoded into registers (matmul_super_decode_avx2.h), joined into 64-element zmm chunks that
-// line up with 64 contiguous activation bytes, and dotted by vpmaddubsw + vpmaddwd with the
-// four sub-block scales of the chunk; tiles of rows × tokens share each decode.
-// vpmaddwd does the pair sum and the scale multiply in one instruction, which a vpdpbusd would
-// need a vpmulld after (scales change every 16 elements), so VNNI buys nothing here.
+// unpacked into registers a whole zmm at a time, in the type's own element order (below), and
+// dotted by vpmaddubsw + vpdpwssd with the four sub-block scales of each 64-code chunk; tiles of
+// rows × tokens share each unpack.
+// Element order: one 512-bit load of packed codes unpacks into whole chunks with no cross-lane
+// shuffle when the activations come in the order the packing puts the codes in (Q4_K's first
+// 64 code bytes hold elements 0-31 and 64-95 in their low nibbles), so matmul() stores the
+// activations in that order (avx512_super_activation_order). Joining 256-bit halves in element
+// order cost an insert per chunk, and the unpack took twice the instructions.
+// vpmaddubsw's int16 pair sums meet the scales in vpdpwssd, which multiplies, pairs and adds in
+// one instruction; a vpdpbusd would need a vpmulld after (scales change every 16 elements).
 // GCC 12's AVX-512 headers trip its uninitialized-use warnings (GCC bug 105593).
 #if !defined(__clang__)  // clang has no -Wmaybe-uninitialized
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -29,19 +34,161 @@ constexpr int kRows = 2;
 constexpr int kTokens = 4;
 constexpr int64_t kPrefetchRows = 8;
 
-// The scales of 64-element chunk P: int16 lanes 8j .. 8j+7 hold k[4P + j] (vpmaddubsw's pair
-// sums over elements 16j .. 16j+15).
-template <int P>
-inline __m512i chunk_scales(__m512i k16) {
-  const __m512i idx = _mm512_setr_epi64(0x0001000100010001ll * (4 * P),
-                                        0x0001000100010001ll * (4 * P),
-                                        0x0001000100010001ll * (4 * P + 1), 0x0001000100010001ll * (4 * P + 1),
-                                        0x0001000100010001ll * (4 * P + 2), 0x0001000100010001ll * (4 * P + 2),
-                                        0x0001000100010001ll * (4 * P + 3), 0x0001000100010001ll * (4 * P + 3));
-  return _mm512_permutexvar_epi16(idx, k16);
+namespace zmm {
+
+inline __m512i load512(const uint8_t* p) { return _mm512_loadu_si512(p); }
+inline __m512i broadcast256(const uint8_t* p) {
+  return _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
-template <class Q>
+// Nibble H (0: low, 1: high) of every byte.
+template <int H>
+inline __m512i nibbles(__m512i q) {
+  const __m512i m4 = _mm512_set1_epi8(15);
+  if constexpr (H == 0) return _mm512_and_si512(q, m4);
+  return _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+}
+
+// Bits kFrom0 .. kFrom0 + kWidth - 1 of every byte of the low 256 bits, and kFrom1 .. of the
+// high 256 bits, moved to bits kTo .. kTo + kWidth - 1 (all others cleared). A 32-bit rotate
+// never carries a bit of a neighbouring byte into the kept ones: a left rotate by s brings in
+// bits 0 .. s-1 only (s ≤ kTo), a right rotate by s bits 8-s .. 7 only (8-s ≥ kTo + kWidth
+// because kFrom + kWidth ≤ 8).
+template <int kFrom0, int kFrom1, int kTo, int kWidth>
+inline __m512i move_bits(__m512i x) {
+  static_assert(kFrom0 + kWidth <= 8 && kFrom1 + kWidth <= 8 && kTo + kWidth <= 8);
+  constexpr int r0 = (kTo - kFrom0) & 31, r1 = (kTo - kFrom1) & 31;
+  const __m512i counts = _mm512_setr_epi32(r0, r0, r0, r0, r0, r0, r0, r0, r1, r1, r1, r1, r1, r1, r1, r1);
+  const __m512i mask = _mm512_set1_epi8(static_cast<char>(((1 << kWidth) - 1) << kTo));
+  return _mm512_and_si512(_mm512_rolv_epi32(x, counts), mask);
+}
+
+}  // namespace zmm
+
+// Q4_K / Q5_K scales and mins (k_scale_min) unpacked in vector registers from one 16-byte load
+// of d, dmin and the 12 packed bytes: bytes 4-7 hold scales 0-3 in their low 6 bits and the top
+// 2 bits of scales 4-7, bytes 8-11 the same for the mins, bytes 12-15 the low 4 bits of scales
+// 4-7 (low nibbles) and mins 4-7 (high). The scalar unpack (k_quant_scales_6bit) took ~25
+// integer instructions, a third of this kernel's decode loop; the AVX2 kernel keeps it, since
+// there the integer ports are idle and the vector ones are not (measured 3-5% slower).
+inline SuperScales k_quant_scales_6bit_vector(const uint8_t* b) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
+  // Lanes 0-7 become the scales, 8-15 the mins.
+  const __m128i low6 = _mm_shuffle_epi8(v, _mm_setr_epi8(4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15));
+  const __m128i top2 = _mm_shuffle_epi8(v, _mm_setr_epi8(-1, -1, -1, -1, 4, 5, 6, 7, -1, -1, -1, -1, 8, 9, 10, 11));
+  const __m128i nibbles = _mm_blend_epi32(low6, _mm_srli_epi16(low6, 4), 0b1000);  // mins 4-7: high nibbles
+  const __m128i m = _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15);
+  const __m128i packed =
+      _mm_or_si128(_mm_and_si128(nibbles, m), _mm_and_si128(_mm_srli_epi16(top2, 2), _mm_set1_epi8(0x30)));
+  // Each 32-element sub-block's scale and min to two 16-element lanes.
+  const __m128i pairs = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  SuperScales s;
+  s.k16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(packed, pairs));
+  s.mn16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(packed, _mm_add_epi8(pairs, _mm_set1_epi8(8))));
+  s.d = half_f16c(b);
+  s.dmin = half_f16c(b + 2);
+  return s;
+}
+
+// Each type's codes in zmm order: chunk C (< 4) of a block holds 64 codes, one per byte, and
+// position p of it is element element(C, p) of the block's 256. Scales, mins and code kinds come
+// from the register decoders of matmul_super_decode_avx2.h.
+struct ZmmQ2K : SuperQ2K {  // element 128h + 32j + l: bits 2j, 2j+1 of qs[32h + l]
+  static constexpr int element(int c, int p) { return 128 * (p / 32) + 32 * c + p % 32; }
+  template <int C>
+  static __m512i codes(const uint8_t* b) {
+    return _mm512_and_si512(_mm512_srli_epi16(zmm::load512(b + 16), 2 * C), _mm512_set1_epi8(3));
+  }
+};
+
+struct ZmmQ3K : SuperQ3K {  // as Q2_K, high bit 4h + j of hmask[l]
+  static constexpr int element(int c, int p) { return ZmmQ2K::element(c, p); }
+  template <int C>
+  static __m512i codes(const uint8_t* b) {
+    const __m512i low = _mm512_and_si512(_mm512_srli_epi16(zmm::load512(b + 32), 2 * C), _mm512_set1_epi8(3));
+    return _mm512_or_si512(low, zmm::move_bits<C, 4 + C, 2, 1>(zmm::broadcast256(b)));
+  }
+};
+
+struct ZmmQ4K : SuperQ4K {  // 64 code bytes: low nibbles elements 0-31, 64-95; high 32-63, 96-127
+  static SuperScales scales(const uint8_t* b) { return k_quant_scales_6bit_vector(b); }
+  static constexpr int element(int c, int p) { return 128 * (c / 2) + 64 * (p / 32) + 32 * (c % 2) + p % 32; }
+  template <int C>
+  static __m512i codes(const uint8_t* b) {
+    return zmm::nibbles<C % 2>(zmm::load512(b + 16 + 64 * (C / 2)));
+  }
+};
+
+struct ZmmQ5K : SuperQ5K {  // as Q4_K, bit 4 from qh: bit 2P (low nibbles of 64P..) or 2P+1
+  static SuperScales scales(const uint8_t* b) { return k_quant_scales_6bit_vector(b); }
+  static constexpr int element(int c, int p) { return ZmmQ4K::element(c, p); }
+  template <int C>
+  static __m512i codes(const uint8_t* b) {
+    constexpr int from0 = 4 * (C / 2) + C % 2;
+    const __m512i low = zmm::nibbles<C % 2>(zmm::load512(b + 48 + 64 * (C / 2)));
+    return _mm512_or_si512(low, zmm::move_bits<from0, from0 + 2, 4, 1>(zmm::broadcast256(b + 16)));
+  }
+};
+
+struct ZmmQ6K : SuperQ6K {  // element order: ql's 64 bytes of a half give its elements in order
+  static constexpr int element(int c, int p) { return 64 * c + p; }
+  template <int C>
+  static __m512i codes(const uint8_t* b) {
+    constexpr int h = C / 2, i0 = 2 * (C % 2);  // 32-element runs i0, i0 + 1 of half h
+    const __m512i low = zmm::nibbles<C % 2>(zmm::load512(b + 64 * h));
+    return _mm512_or_si512(low, zmm::move_bits<2 * i0, 2 * i0 + 2, 4, 2>(zmm::broadcast256(b + 128 + 32 * h)));
+  }
+};
+
+struct ZmmIq4Xs : SuperIq4Xs {  // 128-bit lane m of 64 code bytes is sub-block 4(C/2) + m
+  static constexpr int element(int c, int p) { return 32 * (4 * (c / 2) + p / 16) + 16 * (c % 2) + p % 16; }
+  template <int C>
+  static __m512i codes(const uint8_t* b) {
+    const __m512i grid = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values)));
+    return _mm512_shuffle_epi8(grid, zmm::nibbles<C % 2>(zmm::load512(b + 8 + 64 * (C / 2))));
+  }
+};
+
+// Z's element order as a table (order[64C + p] = element(C, p)), checked to be a permutation.
+template <class Z>
+struct ElementOrder {
+  uint8_t order[256] = {};
+  bool natural = true;
+  constexpr ElementOrder() {
+    bool seen[256] = {};
+    for (int c = 0; c < 4; ++c) {
+      for (int p = 0; p < 64; ++p) {
+        const int e = Z::element(c, p);
+        order[64 * c + p] = static_cast<uint8_t>(e);
+        seen[e] = true;
+        natural = natural && e == 64 * c + p;
+        // Every 16 positions (one scale lane of vpmaddubsw's pair sums) lie in one sub-block.
+        if (e / 16 != Z::element(c, p / 16 * 16) / 16) throw "a 16-code run spans two sub-blocks";
+      }
+    }
+    for (bool s : seen) {
+      if (!s) throw "element order is not a permutation";  // a compile error in a constant
+    }
+  }
+};
+template <class Z>
+inline constexpr ElementOrder<Z> kElementOrder{};
+
+// vpermw indices giving chunk C's scales: int16 lane k of vpmaddubsw's pair sums covers
+// positions 2k, 2k+1, which lie in the 16-element sub-block element(C, 16(k / 8)) / 16.
+template <class Z>
+struct ChunkScaleIndex {
+  alignas(64) int16_t lanes[4][32] = {};
+  constexpr ChunkScaleIndex() {
+    for (int c = 0; c < 4; ++c) {
+      for (int k = 0; k < 32; ++k) lanes[c][k] = static_cast<int16_t>(Z::element(c, 16 * (k / 8)) / 16);
+    }
+  }
+};
+template <class Z>
+inline constexpr ChunkScaleIndex<Z> kChunkScaleIndex{};
+
+template <class Z>
 struct SuperKernel {
   // y for rows [r0, r0 + R) × tokens [t0, t0 + T). Every (row, token) runs the same operations
   // whatever R and T are, so tile shapes never change a result.
@@ -66,11 +213,11 @@ struct SuperKernel {
       __m512i k16[R];
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
-        blk[r] = rows[r] + b * Q::kBytes;
-        for (int off = 0; off < Q::kBytes; off += 64) {
+        blk[r] = rows[r] + b * Z::kBytes;
+        for (int off = 0; off < Z::kBytes; off += 64) {
           _mm_prefetch(reinterpret_cast<const char*>(blk[r] + ahead + off), _MM_HINT_T0);
         }
-        sc[r] = Q::scales(blk[r]);
+        sc[r] = Z::scales(blk[r]);
         k16[r] = _mm512_castsi256_si512(sc[r].k16);  // only lanes < 16 are ever selected
       }
       const int8_t* a[T];
@@ -82,33 +229,32 @@ struct SuperKernel {
 #pragma GCC unroll 8
         for (int t = 0; t < T; ++t) sum[r][t] = _mm512_setzero_si512();
       }
-      auto chunk = [&]<int P>() {
+      auto chunk = [&]<int C>() {
+        const __m512i scale_index = _mm512_load_si512(kChunkScaleIndex<Z>.lanes[C]);
         __m512i u[R], k[R];
         __mmask64 negative[R];
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
-          __m256i v0, v1;
-          Q::template values<P>(blk[r], v0, v1);
-          const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(v0), v1, 1);
-          if constexpr (Q::kKind == CodeKind::kSigned) {
+          const __m512i v = Z::template codes<C>(blk[r]);
+          if constexpr (Z::kKind == CodeKind::kSigned) {
             negative[r] = _mm512_movepi8_mask(v);
             u[r] = _mm512_abs_epi8(v);
           } else {
             negative[r] = 0;
             u[r] = v;
           }
-          k[r] = chunk_scales<P>(k16[r]);
+          k[r] = _mm512_permutexvar_epi16(scale_index, k16[r]);
         }
 #pragma GCC unroll 8
         for (int t = 0; t < T; ++t) {
-          const __m512i av = _mm512_loadu_si512(a[t] + 64 * P);
+          const __m512i av = _mm512_loadu_si512(a[t] + 64 * C);
 #pragma GCC unroll 8
           for (int r = 0; r < R; ++r) {
             __m512i as = av;
-            if constexpr (Q::kKind == CodeKind::kSigned) {
+            if constexpr (Z::kKind == CodeKind::kSigned) {
               as = _mm512_mask_sub_epi8(av, negative[r], _mm512_setzero_si512(), av);
             }
-            sum[r][t] = _mm512_add_epi32(sum[r][t], _mm512_madd_epi16(_mm512_maddubs_epi16(u[r], as), k[r]));
+            sum[r][t] = _mm512_dpwssd_epi32(sum[r][t], _mm512_maddubs_epi16(u[r], as), k[r]);
           }
         }
       };
@@ -124,11 +270,11 @@ struct SuperKernel {
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
           __m512i s = sum[r][t];
-          if constexpr (Q::kKind == CodeKind::kUnsignedOffset) {
+          if constexpr (Z::kKind == CodeKind::kUnsignedOffset) {
             s = _mm512_sub_epi32(s, _mm512_zextsi256_si512(_mm256_madd_epi16(sc[r].mn16, bsums)));
           }
           acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(sc[r].d * dx), acc[r][t]);
-          if constexpr (Q::kKind == CodeKind::kUnsignedMin) {
+          if constexpr (Z::kKind == CodeKind::kUnsignedMin) {
             const __m512 mins = _mm512_cvtepi32_ps(_mm512_zextsi256_si512(_mm256_madd_epi16(sc[r].mn16, bsums)));
             acc[r][t] = _mm512_fnmadd_ps(mins, _mm512_set1_ps(sc[r].dmin * dx), acc[r][t]);
           }
@@ -157,12 +303,12 @@ void run_tiles(const MatmulProblem& p, int64_t row_begin, int64_t row_end) {
   }
 }
 
-template <class Q>
+template <class Z>
 void run_super(const MatmulProblem& p, int64_t row_begin, int64_t row_end) {
   if (p.token_end - p.token_begin < kTokens) {
-    return run_tiles<SuperKernel<Q>, 1, 1>(p, row_begin, row_end);
+    return run_tiles<SuperKernel<Z>, 1, 1>(p, row_begin, row_end);
   }
-  run_tiles<SuperKernel<Q>, kRows, kTokens>(p, row_begin, row_end);
+  run_tiles<SuperKernel<Z>, kRows, kTokens>(p, row_begin, row_end);
 }
 
 }  // namespace
@@ -171,19 +317,39 @@ void matmul_rows_super_avx512(const MatmulProblem& p, int64_t row_begin, int64_t
   count_isa_kernel_run(Isa::kAvx512);
   switch (p.w->type) {
     case GgmlType::kQ2_K:
-      return run_super<SuperQ2K>(p, row_begin, row_end);
+      return run_super<ZmmQ2K>(p, row_begin, row_end);
     case GgmlType::kQ3_K:
-      return run_super<SuperQ3K>(p, row_begin, row_end);
+      return run_super<ZmmQ3K>(p, row_begin, row_end);
     case GgmlType::kQ4_K:
-      return run_super<SuperQ4K>(p, row_begin, row_end);
+      return run_super<ZmmQ4K>(p, row_begin, row_end);
     case GgmlType::kQ5_K:
-      return run_super<SuperQ5K>(p, row_begin, row_end);
+      return run_super<ZmmQ5K>(p, row_begin, row_end);
     case GgmlType::kQ6_K:
-      return run_super<SuperQ6K>(p, row_begin, row_end);
+      return run_super<ZmmQ6K>(p, row_begin, row_end);
     case GgmlType::kIQ4_XS:
-      return run_super<SuperIq4Xs>(p, row_begin, row_end);
+      return run_super<ZmmIq4Xs>(p, row_begin, row_end);
     default:
       KVLM_CHECK(false, "matmul_rows_super_avx512: weight type {}", ggml_type_name(p.w->type));
+  }
+}
+
+const uint8_t* avx512_super_activation_order(GgmlType type) {
+  auto order = []<class Z>(Z*) -> const uint8_t* { return kElementOrder<Z>.natural ? nullptr : kElementOrder<Z>.order; };
+  switch (type) {
+    case GgmlType::kQ2_K:
+      return order(static_cast<ZmmQ2K*>(nullptr));
+    case GgmlType::kQ3_K:
+      return order(static_cast<ZmmQ3K*>(nullptr));
+    case GgmlType::kQ4_K:
+      return order(static_cast<ZmmQ4K*>(nullptr));
+    case GgmlType::kQ5_K:
+      return order(static_cast<ZmmQ5K*>(nullptr));
+    case GgmlType::kQ6_K:
+      return order(static_cast<ZmmQ6K*>(nullptr));
+    case GgmlType::kIQ4_XS:
+      return order(static_cast<ZmmIq4Xs*>(nullptr));
+    default:
+      return nullptr;
   }
 }
 

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <ostream>
@@ -719,6 +720,38 @@ TEST(QuantizeActivations, EveryIsaIsBitIdentical) {
       EXPECT_EQ(q.bias, ref.bias) << ops_internal::isa_name(isa);
     }
   }
+}
+
+// The AVX-512 super-block row kernel takes its activations in each type's unpack order: every
+// stored block must be the natural one permuted, with the same scale and per-16 sums.
+TEST(QuantizeActivations, SuperBlockOrderPermutesEachBlock) {
+  const int64_t num_tokens = 3;
+  const int64_t cols = 512;
+  const std::vector<float> x = make_activations(num_tokens, cols, 91);
+  ops_internal::ActivationBuffer natural_buffer, ordered_buffer;
+  const ops_internal::SuperBlockActivations natural = natural_buffer.super_view(num_tokens, cols / 256);
+  ops_internal::quantize_superblock_activations(x.data(), cols, 0, num_tokens, natural);
+  int reordered_types = 0;
+  for (GgmlType type : {GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K,
+                        GgmlType::kIQ4_XS}) {
+    const uint8_t* order = ops_internal::avx512_super_activation_order(type);
+    if (order == nullptr) continue;  // element order: the kernel reads the natural layout
+    ++reordered_types;
+    std::vector<bool> seen(256, false);
+    for (int i = 0; i < 256; ++i) seen[order[i]] = true;
+    ASSERT_EQ(std::count(seen.begin(), seen.end(), true), 256) << ggml_type_name(type) << ": not a permutation";
+    const ops_internal::SuperBlockActivations ordered = ordered_buffer.super_view(num_tokens, cols / 256);
+    ops_internal::quantize_superblock_activations(x.data(), cols, 0, num_tokens, ordered, order);
+    for (int64_t block = 0; block < num_tokens * cols / 256; ++block) {
+      ASSERT_EQ(ordered.scales[block], natural.scales[block]);
+      for (int i = 0; i < 256; ++i) {
+        ASSERT_EQ(ordered.qs[block * 256 + i], natural.qs[block * 256 + order[i]]) << ggml_type_name(type) << " " << i;
+      }
+      for (int s = 0; s < 16; ++s) ASSERT_EQ(ordered.bsums[block * 16 + s], natural.bsums[block * 16 + s]);
+    }
+  }
+  EXPECT_EQ(reordered_types, 5);  // all but Q6_K, whose unpack order is the element order
+  EXPECT_EQ(ops_internal::avx512_super_activation_order(GgmlType::kQ8_0), nullptr);
 }
 
 }  // namespace
