@@ -141,7 +141,7 @@ uint64_t avx512_super_group_kernel_runs() { return g_avx512_super_group_runs.loa
 void count_avx512_super_group_kernel_run() { g_avx512_super_group_runs.fetch_add(1, std::memory_order_relaxed); }
 
 void quantize_superblock_activations(const float* x, int64_t cols, int64_t token_begin, int64_t token_end,
-                                     const SuperBlockActivations& out, const uint8_t* order) {
+                                     const SuperBlockActivations& out, const uint8_t* run_order) {
   const int64_t num_blocks = cols / 256;
   constexpr float kMagic = 12582912.0f;  // 1.5 · 2^23: the addition rounds to nearest even
   for (int64_t t = token_begin; t < token_end; ++t) {
@@ -160,10 +160,10 @@ void quantize_superblock_activations(const float* x, int64_t cols, int64_t token
         out.bsums[idx * 16 + s] = static_cast<int16_t>(sum);
       }
       int8_t* stored = out.qs + idx * 256;
-      if (order == nullptr) {
+      if (run_order == nullptr) {
         std::memcpy(stored, q, 256);
       } else {
-        for (int i = 0; i < 256; ++i) stored[i] = q[order[i]];
+        for (int r = 0; r < 16; ++r) std::memcpy(stored + 16 * r, q + 16 * run_order[r], 16);
       }
     }
   }
@@ -383,9 +383,10 @@ void matmul_with_isa(Isa isa, const WeightMatrix& w, const float* x, float* y, i
   } else if (format == ActivationFormat::kSuperBlocks) {
     const int64_t num_blocks = w.cols / 256;
     xk = scratch_activations().super_view(num_tokens, num_blocks);
-    const uint8_t* order = isa == Isa::kAvx512 || isa == Isa::kAmx ? avx512_super_activation_order(w.type) : nullptr;
+    const uint8_t* run_order =
+        isa == Isa::kAvx512 || isa == Isa::kAmx ? avx512_super_activation_order(w.type) : nullptr;
     pool.parallel_for(num_tokens, std::max<int64_t>(1, 4096 / w.cols), [&](int64_t begin, int64_t end) {
-      quantize_superblock_activations(x, w.cols, begin, end, xk, order);
+      quantize_superblock_activations(x, w.cols, begin, end, xk, run_order);
     });
     problem.xk = &xk;
     bytes_per_token = SuperBlockActivations::bytes_per_token(num_blocks);

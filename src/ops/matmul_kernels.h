@@ -59,10 +59,11 @@ ActivationFormat activation_format(GgmlType type);
 
 // Quantizes tokens [token_begin, token_end) of x: [num_tokens, cols] into out (one portable
 // quantizer for every ISA: it costs O(cols) per token against the matmul's O(rows · cols)).
-// order (256 entries, or nullptr for element order) stores element order[i] of each block at
-// qs position i, for kernels whose unpacked codes come in another order; bsums stay by element.
+// run_order (16 entries, or nullptr for element order) stores elements 16·run_order[r] ..
+// 16·run_order[r] + 15 of each block at qs positions 16r .. 16r + 15, for kernels whose unpacked
+// codes come in another order; bsums stay by element.
 void quantize_superblock_activations(const float* x, int64_t cols, int64_t token_begin, int64_t token_end,
-                                     const SuperBlockActivations& out, const uint8_t* order = nullptr);
+                                     const SuperBlockActivations& out, const uint8_t* run_order = nullptr);
 
 // A witness of which ISA's kernels ran: every matmul kernel entry adds 1 to its ISA's count, so
 // a test parameterised over ISAs asserts the one it names really ran (not a fallback).
@@ -182,7 +183,7 @@ void matmul_rows_decoded_avx512(const MatmulProblem& p, int64_t row_begin, int64
 // codes in registers with the activations (matmul_super_decode_avx2.h), in rows × tokens tiles.
 void matmul_rows_super_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_end);
 void matmul_rows_super_avx512(const MatmulProblem& p, int64_t row_begin, int64_t row_end);
-// The order matmul_rows_super_avx512 takes type's activations in (see
+// The order of 16-element runs matmul_rows_super_avx512 takes type's activations in (see
 // quantize_superblock_activations); nullptr when that is element order.
 const uint8_t* avx512_super_activation_order(GgmlType type);
 // Q8_0 / Q4_0 only, on p.xg; about twice the rows kernel's throughput for batches.

@@ -149,25 +149,28 @@ struct ZmmIq4Xs : SuperIq4Xs {  // 128-bit lane m of 64 code bytes is sub-block 
   }
 };
 
-// Z's element order as a table (order[64C + p] = element(C, p)), checked to be a permutation.
+// Z's element order as runs: positions 16r .. 16r+15 of a chunked block hold elements
+// 16·runs[r] .. 16·runs[r] + 15, checked to hold for every position and to be a permutation.
+// (Each 16 positions are one scale lane of vpmaddubsw's pair sums, so a run must lie in one
+// 16-element sub-block; in every type it is a whole one, which lets the quantizer copy runs.)
 template <class Z>
 struct ElementOrder {
-  uint8_t order[256] = {};
+  uint8_t runs[16] = {};
   bool natural = true;
   constexpr ElementOrder() {
-    bool seen[256] = {};
+    bool seen[16] = {};
     for (int c = 0; c < 4; ++c) {
       for (int p = 0; p < 64; ++p) {
+        const int run = 4 * c + p / 16;
         const int e = Z::element(c, p);
-        order[64 * c + p] = static_cast<uint8_t>(e);
-        seen[e] = true;
-        natural = natural && e == 64 * c + p;
-        // Every 16 positions (one scale lane of vpmaddubsw's pair sums) lie in one sub-block.
-        if (e / 16 != Z::element(c, p / 16 * 16) / 16) throw "a 16-code run spans two sub-blocks";
+        if (p % 16 == 0) {
+          if (e % 16 != 0 || seen[e / 16]) throw "element order is not a permutation of 16-element runs";
+          runs[run] = static_cast<uint8_t>(e / 16);
+          seen[e / 16] = true;
+          natural = natural && e / 16 == run;
+        }
+        if (e != 16 * runs[run] + p % 16) throw "a 16-position run is not one 16-element sub-block";
       }
-    }
-    for (bool s : seen) {
-      if (!s) throw "element order is not a permutation";  // a compile error in a constant
     }
   }
 };
@@ -334,7 +337,7 @@ void matmul_rows_super_avx512(const MatmulProblem& p, int64_t row_begin, int64_t
 }
 
 const uint8_t* avx512_super_activation_order(GgmlType type) {
-  auto order = []<class Z>(Z*) -> const uint8_t* { return kElementOrder<Z>.natural ? nullptr : kElementOrder<Z>.order; };
+  auto order = []<class Z>(Z*) -> const uint8_t* { return kElementOrder<Z>.natural ? nullptr : kElementOrder<Z>.runs; };
   switch (type) {
     case GgmlType::kQ2_K:
       return order(static_cast<ZmmQ2K*>(nullptr));
