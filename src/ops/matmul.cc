@@ -386,7 +386,11 @@ void matmul_with_isa(Isa isa, const WeightMatrix& w, const float* x, float* y, i
     const uint8_t* run_order =
         isa == Isa::kAvx512 || isa == Isa::kAmx ? avx512_super_activation_order(w.type) : nullptr;
     pool.parallel_for(num_tokens, std::max<int64_t>(1, 4096 / w.cols), [&](int64_t begin, int64_t end) {
-      quantize_superblock_activations(x, w.cols, begin, end, xk, run_order);
+      if (isa == Isa::kPortable) {
+        quantize_superblock_activations(x, w.cols, begin, end, xk, run_order);
+      } else {
+        quantize_superblock_activations_avx2(x, w.cols, begin, end, xk, run_order);
+      }
     });
     problem.xk = &xk;
     bytes_per_token = SuperBlockActivations::bytes_per_token(num_blocks);

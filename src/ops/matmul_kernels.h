@@ -57,13 +57,17 @@ struct SuperBlockActivations {
 enum class ActivationFormat { kNone, kBlocks32, kSuperBlocks };
 ActivationFormat activation_format(GgmlType type);
 
-// Quantizes tokens [token_begin, token_end) of x: [num_tokens, cols] into out (one portable
-// quantizer for every ISA: it costs O(cols) per token against the matmul's O(rows · cols)).
+// Quantizes tokens [token_begin, token_end) of x: [num_tokens, cols] into out (portable; the
+// reference for the AVX2 version below).
 // run_order (16 entries, or nullptr for element order) stores elements 16·run_order[r] ..
 // 16·run_order[r] + 15 of each block at qs positions 16r .. 16r + 15, for kernels whose unpacked
 // codes come in another order; bsums stay by element.
 void quantize_superblock_activations(const float* x, int64_t cols, int64_t token_begin, int64_t token_end,
                                      const SuperBlockActivations& out, const uint8_t* run_order = nullptr);
+// The same with AVX2 (bit-identical): decode quantizes one token on one thread while the other
+// threads wait, once per matmul.
+void quantize_superblock_activations_avx2(const float* x, int64_t cols, int64_t token_begin, int64_t token_end,
+                                          const SuperBlockActivations& out, const uint8_t* run_order = nullptr);
 
 // A witness of which ISA's kernels ran: every matmul kernel entry adds 1 to its ISA's count, so
 // a test parameterised over ISAs asserts the one it names really ran (not a fallback).

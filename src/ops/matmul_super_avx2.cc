@@ -4,6 +4,8 @@
 // one decode serves every token of the tile.
 #include <immintrin.h>
 
+#include <cstring>
+
 #include "core/check.h"
 #include "ops/matmul_kernels.h"
 #include "ops/matmul_super_decode_avx2.h"
@@ -157,6 +159,55 @@ void matmul_rows_super_avx2(const MatmulProblem& p, int64_t row_begin, int64_t r
       return run_tiles<SuperKernel<SuperIq4Xs>>(p, row_begin, row_end);
     default:
       KVLM_CHECK(false, "matmul_rows_super_avx2: weight type {}", ggml_type_name(p.w->type));
+  }
+}
+
+void quantize_superblock_activations_avx2(const float* x, int64_t cols, int64_t token_begin, int64_t token_end,
+                                          const SuperBlockActivations& out, const uint8_t* run_order) {
+  const int64_t num_blocks = cols / 256;
+  const __m256 sign_bit = _mm256_set1_ps(-0.0f);
+  const __m256i ones8 = _mm256_set1_epi8(1);
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  // packs interleave 32-bit groups across the two 128-bit halves; this puts them back in order.
+  const __m256i unshuffle = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t t = token_begin; t < token_end; ++t) {
+    for (int64_t b = 0; b < num_blocks; ++b) {
+      const float* xb = x + t * cols + b * 256;
+      const int64_t idx = t * num_blocks + b;
+      __m256 m = _mm256_setzero_ps();
+      for (int i = 0; i < 32; ++i) m = _mm256_max_ps(m, _mm256_andnot_ps(sign_bit, _mm256_loadu_ps(xb + 8 * i)));
+      __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+      m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+      m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+      const float amax = _mm_cvtss_f32(m4);
+      // The portable quantizer's scalar formulas, and vcvtps2dq rounds to nearest even as its
+      // magic-number addition does (|q| ≤ 127), so the results are bit-identical.
+      const float inv_d = amax != 0.0f ? 127.0f / amax : 0.0f;
+      const __m256 inv = _mm256_set1_ps(inv_d);
+      alignas(32) int8_t q[256];
+      alignas(32) int32_t quad_sums[64];  // Σ of each 4 consecutive q
+      for (int g = 0; g < 8; ++g) {
+        __m256i q32[4];
+        for (int i = 0; i < 4; ++i) q32[i] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xb + 32 * g + 8 * i), inv));
+        const __m256i q16a = _mm256_packs_epi32(q32[0], q32[1]);
+        const __m256i q16b = _mm256_packs_epi32(q32[2], q32[3]);
+        const __m256i q8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(q16a, q16b), unshuffle);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(q + 32 * g), q8);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(quad_sums + 8 * g),
+                           _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q8), ones16));
+      }
+      out.scales[idx] = amax / 127.0f;
+      for (int s = 0; s < 16; ++s) {
+        const int32_t* quads = quad_sums + 4 * s;
+        out.bsums[idx * 16 + s] = static_cast<int16_t>(quads[0] + quads[1] + quads[2] + quads[3]);
+      }
+      int8_t* stored = out.qs + idx * 256;
+      if (run_order == nullptr) {
+        std::memcpy(stored, q, 256);
+      } else {
+        for (int r = 0; r < 16; ++r) std::memcpy(stored + 16 * r, q + 16 * run_order[r], 16);
+      }
+    }
   }
 }
 

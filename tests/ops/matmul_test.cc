@@ -758,5 +758,33 @@ TEST(QuantizeActivations, SuperBlockOrderPermutesEachBlock) {
   EXPECT_EQ(ops_internal::avx512_super_activation_order(GgmlType::kQ8_0), nullptr);
 }
 
+// The AVX2 super-block quantizer (every ISA above portable takes it) against the portable one:
+// bit-identical, in element order and in every reordered type's order, with ties that must
+// round to even and an all-zero block.
+TEST(QuantizeActivations, SuperBlockAvx2IsBitIdentical) {
+  if (!ops_internal::isa_supported(Isa::kAvx2)) GTEST_SKIP() << "this CPU has no AVX2";
+  const int64_t num_tokens = 4;
+  const int64_t cols = 768;
+  std::vector<float> x = make_activations(num_tokens, cols, 93);
+  for (int i = 0; i < 256; ++i) x[i] = i == 0 ? 127.0f : static_cast<float>(i % 11) - 5.5f;  // exact ties
+  for (int i = 0; i < 256; ++i) x[256 + i] = 0.0f;                                         // a zero block
+  std::vector<const uint8_t*> orders = {nullptr};
+  for (GgmlType type : {GgmlType::kQ2_K, GgmlType::kQ4_K, GgmlType::kIQ4_XS}) {
+    orders.push_back(ops_internal::avx512_super_activation_order(type));
+  }
+  for (const uint8_t* order : orders) {
+    ops_internal::ActivationBuffer ref_buffer, avx2_buffer;
+    const ops_internal::SuperBlockActivations ref = ref_buffer.super_view(num_tokens, cols / 256);
+    const ops_internal::SuperBlockActivations avx2 = avx2_buffer.super_view(num_tokens, cols / 256);
+    ops_internal::quantize_superblock_activations(x.data(), cols, 0, num_tokens, ref, order);
+    ops_internal::quantize_superblock_activations_avx2(x.data(), cols, 0, num_tokens, avx2, order);
+    const int64_t num = num_tokens * cols / 256;
+    EXPECT_EQ(ref.qs[1], -4);  // -4.5 → -4
+    EXPECT_EQ(std::vector<int8_t>(ref.qs, ref.qs + num * 256), std::vector<int8_t>(avx2.qs, avx2.qs + num * 256));
+    EXPECT_EQ(std::vector<float>(ref.scales, ref.scales + num), std::vector<float>(avx2.scales, avx2.scales + num));
+    EXPECT_EQ(std::vector<int16_t>(ref.bsums, ref.bsums + num * 16), std::vector<int16_t>(avx2.bsums, avx2.bsums + num * 16));
+  }
+}
+
 }  // namespace
 }  // namespace kvlm
