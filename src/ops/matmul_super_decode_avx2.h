@@ -120,6 +120,10 @@ struct SuperQ3K {  // hmask[32], qs[64], scales[12], d; value = d·k·(low + 4·
     const uint64_t high_a = (h & 0x03030303u) | uint64_t{(h >> 2) & 0x03030303u} << 32;
     const uint64_t high_b = ((h >> 4) & 0x03030303u) | uint64_t{(h >> 6) & 0x03030303u} << 32;
     const __m128i raw = _mm_set_epi64x(static_cast<int64_t>(low_b | high_b << 4), static_cast<int64_t>(low_a | high_a << 4));
+    return from_raw(raw, b);
+  }
+  // raw: the 16 six-bit scales, one per byte, stored + 32.
+  static SuperScales from_raw(__m128i raw, const uint8_t* b) {
     SuperScales s;
     s.k16 = _mm256_cvtepi8_epi16(_mm_sub_epi8(raw, _mm_set1_epi8(32)));
     s.mn16 = _mm256_slli_epi16(s.k16, 2);  // offset 4

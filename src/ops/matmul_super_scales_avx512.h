@@ -74,13 +74,7 @@ inline SuperScales q3_k_scales_vector(const uint8_t* b) {
   const __m128i low = _mm_and_si128(_mm_blend_epi32(lows, _mm_srli_epi16(lows, 4), 0b1100), _mm_set1_epi8(15));
   const __m128i highs = _mm_shuffle_epi8(v, _mm_setr_epi8(10, 11, 12, 13, 10, 11, 12, 13, 10, 11, 12, 13, 10, 11, 12, 13));
   const __m128i high2 = _mm_and_si128(_mm_srlv_epi32(highs, _mm_setr_epi32(0, 2, 4, 6)), _mm_set1_epi8(3));
-  const __m128i raw = _mm_or_si128(low, _mm_slli_epi16(high2, 4));
-  SuperScales s;
-  s.k16 = _mm256_cvtepi8_epi16(_mm_sub_epi8(raw, _mm_set1_epi8(32)));
-  s.mn16 = _mm256_slli_epi16(s.k16, 2);  // offset 4
-  s.d = half_f16c(b + 108);
-  s.dmin = 0.0f;
-  return s;
+  return SuperQ3K::from_raw(_mm_or_si128(low, _mm_slli_epi16(high2, 4)), b);
 }
 
 // The register decoders with their scales unpacked as above.

@@ -782,7 +782,8 @@ TEST(QuantizeActivations, SuperBlockAvx2IsBitIdentical) {
     EXPECT_EQ(ref.qs[1], -4);  // -4.5 → -4
     EXPECT_EQ(std::vector<int8_t>(ref.qs, ref.qs + num * 256), std::vector<int8_t>(avx2.qs, avx2.qs + num * 256));
     EXPECT_EQ(std::vector<float>(ref.scales, ref.scales + num), std::vector<float>(avx2.scales, avx2.scales + num));
-    EXPECT_EQ(std::vector<int16_t>(ref.bsums, ref.bsums + num * 16), std::vector<int16_t>(avx2.bsums, avx2.bsums + num * 16));
+    EXPECT_EQ(std::vector<int16_t>(ref.bsums, ref.bsums + num * 16),
+              std::vector<int16_t>(avx2.bsums, avx2.bsums + num * 16));
   }
 }
 
