@@ -189,16 +189,16 @@ Result<int> ApiServer::bind() {
 
   // httplib listens with a backlog of 5; the listening socket's fd is taken here so it can be
   // raised for bursts of connections (listen() again on a listening socket updates it).
-  // Accepted sockets inherit the listening socket's send buffer: a fixed 256 KiB (the kernel
-  // doubles it) instead of Linux's autotuning, which grows a loopback connection's buffer
-  // towards tcp_wmem's 4 MiB. A client that stops reading is then noticed once that much is
-  // queued plus --write-timeout, not after megabytes: under TSan with a second test beside it,
-  // a stalled stream of the slow-consumer test ran 15 s (3054 events) before its first
-  // blocked write. 256 KiB still streams 2.5 MB/s at a 100 ms round trip.
   auto listen_fd = std::make_shared<int>(-1);
   svr.set_socket_options([listen_fd](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    // Accepted sockets inherit the listening socket's send buffer: a fixed 256 KiB (the kernel
+    // doubles it) instead of Linux's autotuning, which grows a loopback connection's buffer
+    // towards tcp_wmem's 4 MiB. A client that stops reading is then noticed once that much is
+    // queued plus --write-timeout, not after megabytes: under TSan with a second test beside it,
+    // a stalled stream of the slow-consumer test ran 15 s (3054 events) before its first
+    // blocked write. 256 KiB still streams 2.5 MB/s at a 100 ms round trip.
     int send_buffer = 256 * 1024;
     setsockopt(sock, SOL_SOCKET, SO_SNDBUF, &send_buffer, sizeof(send_buffer));
     *listen_fd = sock;
