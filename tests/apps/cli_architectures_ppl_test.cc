@@ -76,15 +76,16 @@ class ArchitecturePerplexity : public ::testing::TestWithParam<ArchCase> {};
 
 TEST_P(ArchitecturePerplexity, MatchesLlamaPerplexity) {
 #ifdef KVLM_SANITIZED_BUILD
-  // The 32k-token agreement cases are statistics, ~50 s each under ASan: the sanitized run reads the
-  // same files through the same code in CombinedKvBQ8_0IsAsCloseToF32AsLlamaCpp (8k tokens).
+  // The 32k-token agreement cases are statistics, ~50 s each under ASan: the sanitized run reaches
+  // their code through CombinedKvBQ8_0IsAsCloseToF32AsLlamaCpp (the combined files, sigmoid gating)
+  // and deepseek2_split_q8_0 (the split layout), 8k tokens each.
   if (GetParam().windows > 64) GTEST_SKIP() << "32k-token agreement: run in the Release suite";
   // Variants whose code the sanitized run reaches through a sibling case: linear scaling
   // (gemma3_linear), Gemma 3's window, period and local base (gemma3_window5, gemma3_mqa_7_layers),
-  // plain deepseek2 (deepseek2_qlora, deepseek2_split), and one of the two split Q8_0 files (~18 s
-  // each under ASan).
+  // and plain deepseek2 (deepseek2_qlora, deepseek2_split). The split Q8_0 file with sigmoid gating
+  // runs 32k tokens (skipped above); deepseek2_split_q8_0 runs its split Q8_0 code here (~18 s).
   const std::set<std::string> covered_by_siblings = {"linear", "gemma3", "gemma3_period3", "gemma3_local_base",
-                                                     "deepseek2", "deepseek2_split_q8_0"};
+                                                     "deepseek2"};
   if (covered_by_siblings.contains(GetParam().name)) {
     GTEST_SKIP() << "sanitized run: a sibling case runs the same code; Release runs this one";
   }
@@ -131,8 +132,14 @@ INSTANTIATE_TEST_SUITE_P(
                       ArchCase{"deepseek2_split", "--preset deepseek2-tiny-split"},
                       ArchCase{"deepseek2_yarn", "--preset deepseek2-tiny-yarn"},
                       ArchCase{"deepseek2_split_q8_0", "--preset deepseek2-tiny-split --type q8_0", 1.5e-3, 64},
+                      // Sigmoid-gated MoE over 8k tokens is as sensitive as the combined cases below: there
+                      // llama.cpp's haswell and zen4 variants were 0.10% apart (3831.66 / 3827.69) and
+                      // kvlm's avx2 and avx512 paths 0.17% (3823.03 / 3829.41), so kvlm avx2 against
+                      // llama.cpp haswell (an AVX2-only CPU) was 0.225% apart, while every path's KLD from
+                      // the F32 file agreed within one standard error (6.0e-3 to 7.0e-3 +/- 4.5e-4). Over
+                      // 32k tokens the four were within 0.1% (3496.01 to 3499.35).
                       ArchCase{"deepseek2_split_sigmoid_q8_0",
-                               "--preset deepseek2-tiny-moe-sigmoid --mla-layout split --type q8_0", 1.5e-3, 64},
+                               "--preset deepseek2-tiny-moe-sigmoid --mla-layout split --type q8_0", 1.5e-3, 256},
                       // The combined attn_kv_b: see CombinedKvBQ8_0IsAsCloseToF32AsLlamaCpp for why 32k tokens.
                       ArchCase{"deepseek2_kv_b_q8_0", "--preset deepseek2-tiny-moe --type q8_0", 1.5e-3, 256},
                       ArchCase{"deepseek2_kv_b_sigmoid_q8_0", "--preset deepseek2-tiny-moe-sigmoid --type q8_0", 1.5e-3,
