@@ -10,8 +10,8 @@ void gated_ffn(const WeightMatrix& gate, const WeightMatrix& up, const WeightMat
   const int64_t ffn = gate.rows;
   grow_scratch(s.gate, n * ffn);
   grow_scratch(s.up, n * ffn);
-  matmul(gate, x, s.gate.data(), n, pool);
-  matmul(up, x, s.up.data(), n, pool);
+  const MatmulOutput gate_up[] = {{&gate, s.gate.data()}, {&up, s.up.data()}};
+  matmul_shared_input(gate_up, x, n, pool);
   if (activation == FfnActivation::kGeluTanh) {
     // GELU's tanh is worth threads; SiLU's product is not.
     pool.parallel_for(n, 4, [&](int64_t begin, int64_t end) {

@@ -255,9 +255,8 @@ void LlamaModel::forward_batch(std::span<const SequenceStep> steps, KvStorage& c
 void LlamaModel::project_qkv(int l, int64_t n, bool any_sink_queries, ThreadPool& pool) {
   const ModelConfig& c = config_;
   const LlamaLayerWeights& w = weights_.layers[static_cast<size_t>(l)];
-  matmul(w.wq, xn_.data(), q_.data(), n, pool);
-  matmul(w.wk, xn_.data(), k_.data(), n, pool);
-  matmul(w.wv, xn_.data(), v_.data(), n, pool);
+  const MatmulOutput qkv[] = {{&w.wq, q_.data()}, {&w.wk, k_.data()}, {&w.wv, v_.data()}};
+  matmul_shared_input(qkv, xn_.data(), n, pool);
   add_bias(q_.data(), w.bq, n);
   add_bias(k_.data(), w.bk, n);
   add_bias(v_.data(), w.bv, n);

@@ -5,6 +5,8 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <span>
+#include <vector>
 
 #include "core/check.h"
 #include "core/quantize.h"
@@ -304,16 +306,30 @@ int32_t activation_bias_offset(Isa isa, GgmlType type) {
 }
 
 void matmul_with_isa(Isa isa, const WeightMatrix& w, const float* x, float* y, int64_t num_tokens, ThreadPool& pool) {
-  check_weight(w);
+  const MatmulOutput out{&w, y};
+  matmul_shared_input_with_isa(isa, std::span(&out, 1), x, num_tokens, pool);
+}
+
+void matmul_shared_input_with_isa(Isa isa, std::span<const MatmulOutput> outs, const float* x, int64_t num_tokens,
+                                  ThreadPool& pool) {
+  KVLM_CHECK(!outs.empty(), "matmul: no weight matrix");
+  for (const MatmulOutput& out : outs) {
+    KVLM_CHECK(out.w != nullptr, "matmul: a null weight matrix");
+    check_weight(*out.w);
+    KVLM_CHECK(out.w->type == outs[0].w->type && out.w->cols == outs[0].w->cols,
+               "matmul over one input: matrices of {} x {} and {} x {} differ in type or width",
+               ggml_type_name(outs[0].w->type), outs[0].w->cols, ggml_type_name(out.w->type), out.w->cols);
+    KVLM_CHECK(out.y != nullptr, "matmul: y=nullptr");
+  }
   KVLM_CHECK(isa_supported(isa), "matmul ISA {} is not supported by this CPU", isa_name(isa));
-  KVLM_CHECK(x != nullptr && y != nullptr && num_tokens >= 0, "matmul: x={} y={} num_tokens={}",
-             static_cast<const void*>(x), static_cast<const void*>(y), num_tokens);
+  KVLM_CHECK(x != nullptr && num_tokens >= 0, "matmul: x={} num_tokens={}", static_cast<const void*>(x), num_tokens);
   if (num_tokens == 0) return;
 
+  // Everything up to the split over rows depends on the type and width only, which the
+  // matrices share; w stands for all of them there.
+  const WeightMatrix& w = *outs[0].w;
   MatmulProblem problem;
-  problem.w = &w;
   problem.x = x;
-  problem.y = y;
   int64_t bytes_per_token = w.cols * static_cast<int64_t>(sizeof(float));
   QuantizedActivations xq;
   Q4PairActivations x4;
@@ -409,7 +425,9 @@ void matmul_with_isa(Isa isa, const WeightMatrix& w, const float* x, float* y, i
   const int64_t first_ungrouped = std::min(num_tokens, num_groups * TokenGroupActivations::kTokens);
   // The AMX kernel works on 16-row panels: a thread's rows start at a multiple of 16.
   const int64_t row_group = amx ? kAmxRowGroup : panels ? kPanelRowGroup : kRowGroup;
-  const int64_t num_row_groups = (w.rows + row_group - 1) / row_group;
+  // The matrices' row groups, numbered one after another: matrix m holds [first_group[m], first_group[m + 1]).
+  std::vector<int64_t> first_group{0};
+  for (const MatmulOutput& out : outs) first_group.push_back(first_group.back() + (out.w->rows + row_group - 1) / row_group);
   const int64_t macs_per_row_group = row_group * w.cols * num_tokens;
   const int64_t min_row_groups = std::max<int64_t>(1, (kMinMacsPerChunk + macs_per_row_group - 1) / macs_per_row_group);
   const MatmulRowsFn rows = panels ? matmul_panels_avx2
@@ -428,19 +446,28 @@ void matmul_with_isa(Isa isa, const WeightMatrix& w, const float* x, float* y, i
   // matmul (long batches: 6% of an AVX2 pp512 profile; decode, whose two threads stream at
   // different speeds: 5% of its samples in ThreadPool::run). A row's result does not depend on
   // the split.
-  pool.parallel_for_tapered(num_row_groups, min_row_groups, [&](int64_t begin, int64_t end) {
-    const int64_t row_begin = begin * row_group;
-    const int64_t row_end = std::min(w.rows, end * row_group);
-    MatmulProblem chunk = problem;
-    for (int64_t g = 0; g < num_groups; g += groups_per_chunk) {
-      chunk.group_begin = g;
-      chunk.group_end = std::min(num_groups, g + groups_per_chunk);
-      groups(chunk, row_begin, row_end);
-    }
-    for (int64_t t = first_ungrouped; t < num_tokens; t += tokens_per_chunk) {
-      chunk.token_begin = t;
-      chunk.token_end = std::min(num_tokens, t + tokens_per_chunk);
-      rows(chunk, row_begin, row_end);
+  // One pass over every matrix's rows: a chunk that crosses from one matrix into the next runs
+  // its part of each.
+  pool.parallel_for_tapered(first_group.back(), min_row_groups, [&](int64_t begin, int64_t end) {
+    for (size_t m = 0; m < outs.size(); ++m) {
+      const int64_t local_begin = std::max(begin, first_group[m]) - first_group[m];
+      const int64_t local_end = std::min(end, first_group[m + 1]) - first_group[m];
+      if (local_begin >= local_end) continue;
+      const int64_t row_begin = local_begin * row_group;
+      const int64_t row_end = std::min(outs[m].w->rows, local_end * row_group);
+      MatmulProblem chunk = problem;
+      chunk.w = outs[m].w;
+      chunk.y = outs[m].y;
+      for (int64_t g = 0; g < num_groups; g += groups_per_chunk) {
+        chunk.group_begin = g;
+        chunk.group_end = std::min(num_groups, g + groups_per_chunk);
+        groups(chunk, row_begin, row_end);
+      }
+      for (int64_t t = first_ungrouped; t < num_tokens; t += tokens_per_chunk) {
+        chunk.token_begin = t;
+        chunk.token_end = std::min(num_tokens, t + tokens_per_chunk);
+        rows(chunk, row_begin, row_end);
+      }
     }
   });
 }
@@ -449,6 +476,21 @@ void matmul_with_isa(Isa isa, const WeightMatrix& w, const float* x, float* y, i
 
 void matmul(const WeightMatrix& w, const float* x, float* y, int64_t num_tokens, ThreadPool& pool) {
   ops_internal::matmul_with_isa(ops_internal::best_isa(), w, x, y, num_tokens, pool);
+}
+
+void matmul_shared_input(std::span<const MatmulOutput> outs, const float* x, int64_t num_tokens, ThreadPool& pool) {
+  // Runs of consecutive matrices of one type and width go together.
+  size_t begin = 0;
+  while (begin < outs.size()) {
+    size_t end = begin + 1;
+    while (end < outs.size() && outs[end].w != nullptr && outs[begin].w != nullptr &&
+           outs[end].w->type == outs[begin].w->type && outs[end].w->cols == outs[begin].w->cols) {
+      ++end;
+    }
+    ops_internal::matmul_shared_input_with_isa(ops_internal::best_isa(), outs.subspan(begin, end - begin), x,
+                                               num_tokens, pool);
+    begin = end;
+  }
 }
 
 void dequantize_weight_row(const WeightMatrix& w, int64_t row, float* dst) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "core/dtype.h"
 #include "core/thread_pool.h"
@@ -22,6 +23,18 @@ struct WeightMatrix {
 // x: [num_tokens, cols] f32, y: [num_tokens, rows] f32. Quantized types may quantize x
 // to the weight's activation format first (as GGML does); tests bound that error.
 void matmul(const WeightMatrix& w, const float* x, float* y, int64_t num_tokens, ThreadPool& pool);
+
+// One output of a matmul whose input other matrices share: y = x · Wᵀ, y as matmul() takes it.
+struct MatmulOutput {
+  const WeightMatrix* w = nullptr;
+  float* y = nullptr;
+};
+
+// matmul() of one input by several matrices (a layer's q/k/v, or gate and up), with the same
+// results. Consecutive matrices of one type and width share one quantization of x and one pass
+// of the pool over all their rows: a decode step runs ~7 matmuls a layer, and each pass ends
+// with its threads waiting for the slowest.
+void matmul_shared_input(std::span<const MatmulOutput> outs, const float* x, int64_t num_tokens, ThreadPool& pool);
 
 // One row of a weight matrix as f32 (embedding lookup). dst: [cols].
 void dequantize_weight_row(const WeightMatrix& w, int64_t row, float* dst);

@@ -250,5 +250,8 @@ void count_avx2_panel_kernel_run();
 // matmul() on a chosen ISA (which the CPU must support): quantizes x if the weight type
 // needs it, then splits rows over the pool.
 void matmul_with_isa(Isa isa, const WeightMatrix& w, const float* x, float* y, int64_t num_tokens, ThreadPool& pool);
+// matmul_shared_input() on a chosen ISA, for matrices that all have one type and width.
+void matmul_shared_input_with_isa(Isa isa, std::span<const MatmulOutput> outs, const float* x, int64_t num_tokens,
+                                  ThreadPool& pool);
 
 }  // namespace kvlm::ops_internal
