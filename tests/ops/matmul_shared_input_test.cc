@@ -4,47 +4,20 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
-#include "core/quantize.h"
 #include "ops/matmul.h"
 #include "ops/matmul_kernels.h"
+#include "ops/matmul_test_data.h"
 
 namespace kvlm {
 namespace {
 
 using ops_internal::Isa;
-
-struct Matrix {
-  GgmlType type;
-  int64_t rows = 0;
-  int64_t cols = 0;
-  std::vector<uint8_t> bytes;
-
-  WeightMatrix view() const { return WeightMatrix{type, bytes.data(), rows, cols, ggml_row_bytes(type, cols)}; }
-};
-
-Matrix make_matrix(GgmlType type, int64_t rows, int64_t cols, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  Matrix m{type, rows, cols, std::vector<uint8_t>(ggml_row_bytes(type, cols) * rows)};
-  std::vector<float> src(cols);
-  for (int64_t r = 0; r < rows; ++r) {
-    for (float& v : src) v = normal(rng);
-    quantize_row_reference(type, src.data(), m.bytes.data() + r * ggml_row_bytes(type, cols), cols);
-  }
-  return m;
-}
-
-std::vector<float> make_input(int64_t num_tokens, int64_t cols, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> x(num_tokens * cols);
-  for (float& v : x) v = normal(rng);
-  return x;
-}
+using testing::make_activations;
+using testing::make_weights;
+using testing::TestWeights;
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
@@ -68,17 +41,17 @@ TEST_P(MatmulSharedInput, EachMatrixGetsWhatItsOwnMatmulGives) {
   for (GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K,
                         GgmlType::kQ6_K, GgmlType::kIQ4_XS}) {
     const int64_t cols = 512;
-    const Matrix a = make_matrix(type, 37, cols, seed++);
-    const Matrix b = make_matrix(type, 64, cols, seed++);
-    const Matrix c = make_matrix(type, 13, cols, seed++);
-    const WeightMatrix wa = a.view(), wb = b.view(), wc = c.view();
+    const TestWeights a = make_weights(type, 37, cols, seed++);
+    const TestWeights b = make_weights(type, 64, cols, seed++);
+    const TestWeights c = make_weights(type, 13, cols, seed++);
+    const WeightMatrix wa = a.matrix(), wb = b.matrix(), wc = c.matrix();
     // 1: decode; 5: row kernels; 16 and 37: the AVX2 panels and AVX-512 token groups with and
     // without a remainder; 130: AMX tiles and a remainder.
     std::vector<int64_t> token_counts = {1, 5, 16, 37};
     if (isa == Isa::kAmx) token_counts.push_back(130);
     for (int64_t num_tokens : token_counts) {
       SCOPED_TRACE(std::string(ggml_type_name(type)) + ", " + std::to_string(num_tokens) + " tokens");
-      const std::vector<float> x = make_input(num_tokens, cols, seed++);
+      const std::vector<float> x = make_activations(num_tokens, cols, seed++);
       std::vector<float> ya(num_tokens * a.rows), yb(num_tokens * b.rows), yc(num_tokens * c.rows);
       ops_internal::matmul_with_isa(isa, wa, x.data(), ya.data(), num_tokens, pool);
       ops_internal::matmul_with_isa(isa, wb, x.data(), yb.data(), num_tokens, pool);
@@ -111,13 +84,13 @@ INSTANTIATE_TEST_SUITE_P(Isas, MatmulSharedInput,
 TEST(MatmulSharedInputMixed, RunsOfOneTypeGoTogether) {
   ThreadPool pool(2);
   const int64_t cols = 256;
-  const Matrix q = make_matrix(GgmlType::kQ4_K, 40, cols, 11);
-  const Matrix k = make_matrix(GgmlType::kQ4_K, 24, cols, 12);
-  const Matrix v = make_matrix(GgmlType::kQ5_K, 24, cols, 13);
-  const Matrix o = make_matrix(GgmlType::kQ4_K, 8, cols, 14);
-  const WeightMatrix wq = q.view(), wk = k.view(), wv = v.view(), wo = o.view();
+  const TestWeights q = make_weights(GgmlType::kQ4_K, 40, cols, 11);
+  const TestWeights k = make_weights(GgmlType::kQ4_K, 24, cols, 12);
+  const TestWeights v = make_weights(GgmlType::kQ5_K, 24, cols, 13);
+  const TestWeights o = make_weights(GgmlType::kQ4_K, 8, cols, 14);
+  const WeightMatrix wq = q.matrix(), wk = k.matrix(), wv = v.matrix(), wo = o.matrix();
   for (int64_t num_tokens : {1, 9}) {
-    const std::vector<float> x = make_input(num_tokens, cols, 15);
+    const std::vector<float> x = make_activations(num_tokens, cols, 15);
     std::vector<std::vector<float>> each, shared;
     for (const WeightMatrix* w : {&wq, &wk, &wv, &wo}) {
       each.emplace_back(num_tokens * w->rows);
@@ -133,9 +106,9 @@ TEST(MatmulSharedInputMixed, RunsOfOneTypeGoTogether) {
 
 TEST(MatmulSharedInputDeathTest, MatricesOfDifferentWidthsCannotShareOnePass) {
   ThreadPool pool(1);
-  const Matrix a = make_matrix(GgmlType::kQ8_0, 4, 64, 21);
-  const Matrix b = make_matrix(GgmlType::kQ8_0, 4, 96, 22);
-  const WeightMatrix wa = a.view(), wb = b.view();
+  const TestWeights a = make_weights(GgmlType::kQ8_0, 4, 64, 21);
+  const TestWeights b = make_weights(GgmlType::kQ8_0, 4, 96, 22);
+  const WeightMatrix wa = a.matrix(), wb = b.matrix();
   std::vector<float> x(96, 1.0f), ya(4), yb(4);
   const MatmulOutput outs[] = {{&wa, ya.data()}, {&wb, yb.data()}};
   EXPECT_DEATH(ops_internal::matmul_shared_input_with_isa(Isa::kPortable, outs, x.data(), 1, pool),

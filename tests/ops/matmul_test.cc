@@ -15,41 +15,17 @@
 
 #include "core/quantize.h"
 #include "ops/matmul_kernels.h"
+#include "ops/matmul_test_data.h"
 
 namespace kvlm {
 namespace {
 
 using ops_internal::Isa;
+using testing::make_activations;
+using testing::make_weights;
+using testing::TestWeights;
 
 constexpr double kF32Ulp = 1.0 / (1 << 24);  // unit roundoff of f32
-
-// A weight matrix with its bytes and the exact f32 values they decode to.
-struct TestWeights {
-  GgmlType type;
-  int64_t rows = 0;
-  int64_t cols = 0;
-  std::vector<uint8_t> bytes;  // [rows, row_bytes]
-  std::vector<float> dequant;  // [rows, cols]
-
-  WeightMatrix matrix() const { return WeightMatrix{type, bytes.data(), rows, cols, ggml_row_bytes(type, cols)}; }
-};
-
-TestWeights make_weights(GgmlType type, int64_t rows, int64_t cols, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  TestWeights w{type, rows, cols, {}, {}};
-  const uint64_t row_bytes = ggml_row_bytes(type, cols);
-  w.bytes.resize(row_bytes * rows);
-  w.dequant.resize(rows * cols);
-  std::vector<float> src(cols);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float row_scale = std::exp2(static_cast<float>(static_cast<int>(r % 5) - 2));  // rows of varied magnitude
-    for (float& v : src) v = normal(rng) * row_scale;
-    quantize_row_reference(type, src.data(), w.bytes.data() + r * row_bytes, cols);
-    dequantize_row_reference(type, w.bytes.data() + r * row_bytes, w.dequant.data() + r * cols, cols);
-  }
-  return w;
-}
 
 // Raw random blocks, covering bytes a quantizer would never write (Q8_0 -128, every nibble).
 TestWeights make_raw_blocks(GgmlType type, int64_t rows, int64_t cols, uint32_t seed) {
@@ -81,19 +57,6 @@ TestWeights make_raw_blocks(GgmlType type, int64_t rows, int64_t cols, uint32_t 
     dequantize_row_reference(type, w.bytes.data() + r * row_bytes, w.dequant.data() + r * cols, cols);
   }
   return w;
-}
-
-// x: [num_tokens, cols], tokens of varied magnitude with a few outliers, as activations have.
-std::vector<float> make_activations(int64_t num_tokens, int64_t cols, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> x(num_tokens * cols);
-  for (int64_t t = 0; t < num_tokens; ++t) {
-    const float token_scale = 0.1f + static_cast<float>(t % 4);
-    for (int64_t c = 0; c < cols; ++c) x[t * cols + c] = normal(rng) * token_scale;
-    x[t * cols + (t * 7) % cols] *= 20.0f;
-  }
-  return x;
 }
 
 // f32 → bf16 → f32, rounding to nearest even (finite inputs).
