@@ -3,7 +3,10 @@
 # ../shared/anchors) and kvlm bench, same tests, threads and depths, one repetition of each
 # engine in turn, so that a machine whose speed drifts shifts all of them alike. Prints one table:
 # medians, the ratios, and each engine's share of this machine's measured bandwidth (kvlm bench
-# --probe's triad, and its read-only pass) for the decode rows.
+# --probe's triad, and its read-only pass) for the decode rows. The probe runs before every
+# repetition, and a share is the median over repetitions of that repetition's decode bytes/s over
+# its own probe: a shared machine's bandwidth drifts by half within minutes, and one probe at the
+# start put decode at 150% of a triad measured in a slower moment.
 #
 #   scripts/bench-vs-llamacpp.sh MODEL.gguf [-p 512] [-n 32] [-d 0,2048] [-t 2] [-r 3] [--kv f16|bf16|q8]
 #                                [--isa auto|avx2] [--kvlm build/kvlm] [--anchors ../shared/anchors]
@@ -134,13 +137,14 @@ def test_name(p, n, d):
     name = f"pp{p}" if p > 0 else f"tg{n}"
     return name if d == 0 else f"{name} @ d{d}"
 
-probe = run([kvlm, "bench", "--probe", "--json", "-t", opts["-t"]], env=kvlm_env)
-bandwidth = probe["bandwidth"]["median_gb_s"]
-read_bandwidth = probe["bandwidth"]["read_median_gb_s"]
-samples = {}      # (engine, test) -> [t/s]
+samples = {}      # (engine, test) -> [t/s], one per repetition
 traffic = {}      # test -> decode bytes per token (kvlm's count)
 order = []
+probes = []       # kvlm bench --probe before each repetition
 for rep in range(reps):
+    if not quiet:
+        print(f"rep {rep + 1}/{reps}: bandwidth probe", file=sys.stderr, flush=True)
+    probes.append(run([kvlm, "bench", "--probe", "--json", "-t", opts["-t"]], env=kvlm_env))
     for name, cmd in list(engines):
         if not quiet:
             print(f"rep {rep + 1}/{reps}: {name}", file=sys.stderr, flush=True)
@@ -165,10 +169,20 @@ for rep in range(reps):
                 values = row["samples_ts"]
             if test not in order:
                 order.append(test)
-            samples.setdefault((name, test), []).extend(values)
+            if len(values) != 1:
+                sys.exit(f"bench-vs-llamacpp: {name} gave {len(values)} samples for {test} with -r 1")
+            samples.setdefault((name, test), []).append((rep, values[0]))
 
 names = [n for n, _ in engines]
-med = {k: statistics.median(v) for k, v in samples.items()}
+med = {k: statistics.median(t for _, t in v) for k, v in samples.items()}
+triad = [p["bandwidth"]["median_gb_s"] for p in probes]
+read = [p["bandwidth"]["read_median_gb_s"] for p in probes]
+
+def median_share(name, test, bytes_tok, gb_s):
+    """Median over repetitions of decode bytes/s ÷ the bandwidth probed just before."""
+    if not bytes_tok or (name, test) not in samples:
+        return None
+    return statistics.median(bytes_tok * t / 1e9 / gb_s[rep] for rep, t in samples[(name, test)])
 header = ["test"] + [f"{n} t/s" for n in names] + [f"kvlm / {n}" for n in names if n != "kvlm"]
 header += ["MB/token"] + [f"{n} % BW (triad / read)" for n in names]
 lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
@@ -187,11 +201,10 @@ for test in order:
     bytes_tok = traffic.get(test)
     cells.append(f"{bytes_tok / 1e6:.1f}" if bytes_tok else "")
     entry = {"test": test, "median_tps": {n: med.get((n, test)) for n in names},
-             "samples_tps": {n: samples.get((n, test), []) for n in names}, "bytes_per_token": bytes_tok}
+             "samples_tps": {n: [t for _, t in samples.get((n, test), [])] for n in names}, "bytes_per_token": bytes_tok}
     for n in names:
-        v = med.get((n, test))
-        share = bytes_tok * v / 1e9 / bandwidth if bytes_tok and v else None
-        read_share = bytes_tok * v / 1e9 / read_bandwidth if bytes_tok and v else None
+        share = median_share(n, test, bytes_tok, triad)
+        read_share = median_share(n, test, bytes_tok, read)
         cells.append(f"{100 * share:.0f}% / {100 * read_share:.0f}%" if share is not None else "")
         entry.setdefault("bandwidth_share", {})[n] = share
         entry.setdefault("read_bandwidth_share", {})[n] = read_share
@@ -200,13 +213,21 @@ for test in order:
 print("\n".join(lines))
 threads = int(opts["-t"])
 print(f"\n{os.path.basename(model)}, {threads} thread{'' if threads == 1 else 's'}, KV {kvlm_kv} (llama.cpp {llama_kv}), medians of {reps} "
-      f"interleaved repetitions; bandwidth: {probe['bandwidth']['describe']}; {probe['matmul']['describe']}")
+      f"interleaved repetitions")
+def spread(values):
+    return (f"{values[0]:.1f}" if len(values) == 1 else
+            f"median {statistics.median(values):.1f}, {min(values):.1f} to {max(values):.1f}")
+gops = [p["matmul"]["median_gops"] for p in probes]
+print(f"bandwidth probed before each repetition on {threads} thread{'' if threads == 1 else 's'}: "
+      f"triad {spread(triad)} GB/s, read {spread(read)} GB/s; Q8_0 matmul {spread(gops)} GOPS "
+      f"({probes[0]['matmul']['rows']} x {probes[0]['matmul']['cols']} weights x {probes[0]['matmul']['tokens']} tokens)")
 print("MB/token and % BW count what a decode step reads (kvlm's count: every weight matrix + the KV it attends "
-      "over), as a share of the triad and of the read-only bandwidth; ik_llama.cpp is an AVX2 build")
+      "over); % BW is the median over repetitions of each one's decode bytes/s as a share of the triad and of the "
+      "read-only bandwidth probed just before it; ik_llama.cpp is an AVX2 build")
 cpu_paths = {n: ran_with.get(n, "its AVX2 build" if n == "ik_llama.cpp" else "not reported") for n in names}
 print(f"CPU paths (--isa {opts['--isa']}): " + "; ".join(f"{n}: {v}" for n, v in cpu_paths.items()))
 if opts["--json"]:
     with open(opts["--json"], "w") as f:
         json.dump({"model": model, "threads": int(opts["-t"]), "kv": opts["--kv"], "isa": opts["--isa"],
-                   "cpu_paths": cpu_paths, "reps": reps, "probe": probe, "rows": table}, f, indent=2)
+                   "cpu_paths": cpu_paths, "reps": reps, "probes": probes, "rows": table}, f, indent=2)
 PY

@@ -34,7 +34,13 @@ TEST(BenchVsLlamaCpp, OneTableOfBothEnginesWithRatiosAndBandwidthShares) {
   EXPECT_NE(r.out.find("medians of 2 interleaved repetitions"), std::string::npos) << r.out;
   std::ifstream in(out);
   const nlohmann::json j = nlohmann::json::parse(in);
-  EXPECT_GT(j["probe"]["bandwidth"]["median_gb_s"].get<double>(), 0.0);
+  ASSERT_EQ(j["probes"].size(), 2u);  // one bandwidth probe before each repetition
+  for (const auto& probe : j["probes"]) {
+    EXPECT_GT(probe["bandwidth"]["median_gb_s"].get<double>(), 0.0);
+    EXPECT_GT(probe["bandwidth"]["read_median_gb_s"].get<double>(), 0.0);
+  }
+  EXPECT_NE(r.out.find("bandwidth probed before each repetition on 1 thread: triad median "), std::string::npos)
+      << r.out;
   ASSERT_EQ(j["rows"].size(), 2u);
   for (const auto& row : j["rows"]) {
     SCOPED_TRACE(row["test"].get<std::string>());
