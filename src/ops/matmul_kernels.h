@@ -218,9 +218,14 @@ bool amx_takes_batch(Isa isa, GgmlType type, int64_t num_tokens);
 
 // Batches on AVX2 (matmul_panels_avx2.cc) of the types avx2_panels_support names (Q8_0, Q4_0,
 // the K-quants, IQ4_XS): each thread stages its rows as 8-row panels of 4-bit codes, once per
-// call, and runs 3-4 token tiles over them, on p.xq (32-element blocks for every type).
+// call, and runs 3-4 token tiles over them, on p.xq (32-element blocks), except for the types
+// avx2_super_panels_support names.
 void matmul_panels_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_end);
 bool avx2_panels_support(GgmlType type);
+// Q4_K and Q5_K batches on AVX2 (matmul_super_panels_avx2.cc): the same panels with the rows'
+// 6-bit sub-block scales applied in int32, on p.xk (super-block activations, element order).
+void matmul_super_panels_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_end);
+bool avx2_super_panels_support(GgmlType type);
 // Tokens [token_begin, token_end) of xq (quantized with Q4_0's bias offset) into out's pairs.
 void pair_q4_activations(const QuantizedActivations& xq, int64_t token_begin, int64_t token_end,
                          const Q4PairActivations& out);

@@ -113,11 +113,13 @@ bool super_groups_expected(GgmlType type, Isa isa, int64_t num_tokens) {
          num_tokens >= ops_internal::avx512_super_group_min_tokens();
 }
 
-// The activation block a call quantizes with: 256 for the super-block types' row kernels, 32
-// for everything else (the AVX2 panel kernel and the AVX-512 super-block group kernel take
-// 32-element blocks for every type).
+// The activation block a call quantizes with: 256 for the super-block types' row kernels and
+// the AVX2 K-quant panels (integer sub-block scales), 32 for everything else (the other AVX2
+// panels and the AVX-512 super-block group kernel take 32-element blocks for every type).
 int64_t activation_block(GgmlType type, Isa isa, int64_t num_tokens) {
-  if (isa == Isa::kAvx2 && avx2_panel_type(type) && num_tokens >= ops_internal::avx2_panel_min_tokens(type)) return 32;
+  if (isa == Isa::kAvx2 && avx2_panel_type(type) && num_tokens >= ops_internal::avx2_panel_min_tokens(type)) {
+    return ops_internal::avx2_super_panels_support(type) ? 256 : 32;
+  }
   if (super_groups_expected(type, isa, num_tokens)) return 32;
   return is_super_block(type) ? 256 : 32;
 }
