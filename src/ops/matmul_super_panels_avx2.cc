@@ -1,31 +1,25 @@
-// AVX2 GEMM for batches of the K-quants (Q2_K .. Q6_K) on super-block
-// activations (one f32 scale per 256 elements, the format of the row kernels,
-// of the portable path and of llama.cpp's Q8_K): the 8-row panels of
-// 4-bit-or-wider codes of matmul_panels_avx2.cc, but each sub-block's int16
-// sums meet the rows' integer scales in the vpmaddwd that widens them, so a
-// super-block adds up in int32 and pays one conversion and one or two FMAs per
-// token, not a conversion, a multiply and two FMAs per 32 columns. The mins
-// (Q2_K, Q4_K, Q5_K) or integer offsets times the scales (Q3_K, Q6_K) go the
-// same way: Σ c·(Σ q) over the sub-blocks is four or eight vpmaddwd of the
-// rows' int16 pairs with the token's sub-block sums. In the panels on
-// 32-element activations that f32 tail was 12 of each block's ~50 multiply-port
-// instructions per token.
+// AVX2 GEMM for batches of the K-quants (Q2_K .. Q6_K) on super-block activations (one f32 scale
+// per 256 elements, the format of the row kernels, of the portable path and of llama.cpp's Q8_K):
+// the 8-row panels of 4-bit-or-wider codes of matmul_panels_avx2.cc, but each sub-block's int16
+// sums meet the rows' integer scales in the vpmaddwd that widens them, so a super-block adds up in
+// int32 and pays one conversion and one or two FMAs per token, not a conversion, a multiply and two
+// FMAs per 32 columns. The mins (Q2_K, Q4_K, Q5_K) or integer offsets times the scales (Q3_K, Q6_K)
+// go the same way: Σ c·(Σ q) over the sub-blocks is four or eight vpmaddwd of the rows' int16 pairs
+// with the token's sub-block sums. In the panels on 32-element activations that f32 tail was 12 of
+// each block's ~50 multiply-port instructions per token.
 //
-// Per element of a row and token, over super-blocks: d_x·(d·Σ_s k_s·Σ u·q −
-// dmin·Σ_s m_s·Σ q) (mins), or d_x·d·(Σ_s k_s·Σ u·q − Σ_s o·k_s·Σ q) (offsets),
-// the sums exact in int32. Bounds: a vpmaddubsw pair is at most 2·u·127 (u ≤
-// 63), so a group of quads adds up in int16 (≤ 32004, Q6_K's 2 quads); one
-// vpmaddwd with |k| ≤ 128 is then ≤ 8.2e6, and a super-block's 32 of them stay
-// below 2^28. Super-blocks accumulate in order in f32, so tiles and thread
-// splits do not change a result. IQ4_XS (signed grid values: two planes) stays
-// on 32-element activations.
+// Per element of a row and token, over super-blocks: d_x·(d·Σ_s k_s·Σ u·q − dmin·Σ_s m_s·Σ q)
+// (mins), or d_x·d·(Σ_s k_s·Σ u·q − Σ_s o·k_s·Σ q) (offsets), the sums exact in int32. Bounds: a
+// vpmaddubsw pair is at most 2·u·127 (u ≤ 63), so a group of quads adds up in int16 (≤ 32004,
+// Q6_K's 2 quads); one vpmaddwd with |k| ≤ 128 is then ≤ 8.2e6, and a super-block's 32 of them stay
+// below 2^28. Super-blocks accumulate in order in f32, so tiles and thread splits do not change a
+// result. IQ4_XS (signed grid values: two planes) stays on 32-element activations.
 //
-// Staged super-block of a panel (8 rows × 256 columns): for each of its 8
-// blocks of 32 columns, 8 quads of 32 bytes (quad k: row 0's codes of columns
-// 4k..4k+3, row 1's, ... row 7's) and, per sub-block of the block (1 of 32
-// columns or 2 of 16), the rows' scales k as int16 pairs (k, k); then the rows'
-// d and dmin (f32 [8] each) and their mins or o·k as int16 pairs of two
-// consecutive sub-blocks. Rows past the matrix are zero codes, scales and mins.
+// Staged super-block of a panel (8 rows × 256 columns): for each of its 8 blocks of 32 columns, 8
+// quads of 32 bytes (quad k: row 0's codes of columns 4k..4k+3, row 1's, ... row 7's) and, per
+// sub-block of the block (1 of 32 columns or 2 of 16), the rows' scales k as int16 pairs (k, k);
+// then the rows' d and dmin (f32 [8] each) and their mins or o·k as int16 pairs of two consecutive
+// sub-blocks. Rows past the matrix are zero codes, scales and mins.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -35,27 +29,27 @@
 
 #include "core/check.h"
 #include "ops/matmul_kernels.h"
+#include "ops/matmul_panel_driver_avx2.h"
 #include "ops/matmul_super_decode_avx2.h"
 #include "ops/transpose_avx2.h"
 
 namespace kvlm::ops_internal {
 namespace {
 
-constexpr int kPanelRows = 8;
-constexpr int kQuads = 8;  // 4-column groups of a 32-column block
-constexpr int kBlocks = 8; // 32-column blocks of a super-block
+using avx2_panels::kPanelRows;
+constexpr int kQuads = 8;   // 4-column groups of a 32-column block
+constexpr int kBlocks = 8;  // 32-column blocks of a super-block
 constexpr int64_t kCodeBytes = 32 * kQuads;
 
-// A type's staged layout: Super is its register decoder
-// (matmul_super_decode_avx2.h), kSubs its scales per 32 columns, kMaxCode its
-// largest code u.
-template <class SuperOf, int kSubsOf, int kMaxCodeOf> struct PanelType {
+// A type's staged layout: Super is its register decoder (matmul_super_decode_avx2.h), kSubs its
+// scales per 32 columns, kMaxCode its largest code u.
+template <class SuperOf, int kSubsOf, int kMaxCodeOf>
+struct PanelType {
   using Super = SuperOf;
   static constexpr int kSubs = kSubsOf;
   static constexpr int kMaxCode = kMaxCodeOf;
   static constexpr bool kMins = Super::kKind == CodeKind::kUnsignedMin;
-  static constexpr int kPairs =
-      4 * kSubs; // int16 pairs of mins (or o·k) per super-block
+  static constexpr int kPairs = 4 * kSubs;  // int16 pairs of mins (or o·k) per super-block
   static constexpr int64_t kBlockBytes = kCodeBytes + 32 * kSubs;
   static constexpr int64_t kDOffset = kBlocks * kBlockBytes;
   static constexpr int64_t kDminOffset = kDOffset + 32;
@@ -68,32 +62,24 @@ using PanelQ4K = PanelType<SuperQ4K, 1, 15>;
 using PanelQ5K = PanelType<SuperQ5K, 1, 31>;
 using PanelQ6K = PanelType<SuperQ6K, 2, 63>;
 
-// As in matmul_panels_avx2.cc: staged rows stay in L2 while every token tile
-// runs over them (Zen 2 has 512 KB), beside a chunk of the activations.
-constexpr int64_t kStageBytes = 192 << 10;
-constexpr int64_t kChunkBytes = 192 << 10;
 constexpr int64_t kPrefetchBytes = 512;
 
 inline uint32_t int16_pair(int lo, int hi) {
-  return static_cast<uint32_t>(static_cast<uint16_t>(lo)) |
-         (static_cast<uint32_t>(static_cast<uint16_t>(hi)) << 16);
+  return static_cast<uint32_t>(static_cast<uint16_t>(lo)) | (static_cast<uint32_t>(static_cast<uint16_t>(hi)) << 16);
 }
 
-// Stages rows [r0, row_end) into num_panels panels (the rows past row_end as
-// zeros).
+// Stages rows [r0, row_end) into num_panels panels (the rows past row_end as zeros).
 template <class P>
-void stage_super_panels(const WeightMatrix &w, int64_t r0, int64_t row_end,
-                        int64_t num_panels, uint8_t *out) {
+void stage_super_panels(const WeightMatrix& w, int64_t r0, int64_t row_end, int64_t num_panels, uint8_t* out) {
   using Super = typename P::Super;
   constexpr int64_t kSuperBytes = P::kSuperBytes;
   const int64_t num_supers = w.cols / 256;
   for (int64_t panel = 0; panel < num_panels; ++panel) {
-    uint8_t *panel_out = out + panel * num_supers * kSuperBytes;
-    const uint8_t *src[kPanelRows];
+    uint8_t* panel_out = out + panel * num_supers * kSuperBytes;
+    const uint8_t* src[kPanelRows];
     for (int i = 0; i < kPanelRows; ++i) {
       const int64_t row = r0 + panel * kPanelRows + i;
-      src[i] = row < row_end ? w.data + static_cast<uint64_t>(row) * w.row_bytes
-                             : nullptr;
+      src[i] = row < row_end ? w.data + static_cast<uint64_t>(row) * w.row_bytes : nullptr;
     }
     for (int64_t u = 0; u < num_supers; ++u) {
       __m256i codes[kPanelRows][kBlocks];
@@ -103,31 +89,23 @@ void stage_super_panels(const WeightMatrix &w, int64_t r0, int64_t row_end,
       alignas(32) float dmin[kPanelRows] = {};
       for (int i = 0; i < kPanelRows; ++i) {
         if (src[i] == nullptr) {
-          for (int j = 0; j < kBlocks; ++j)
-            codes[i][j] = _mm256_setzero_si256();
+          for (int j = 0; j < kBlocks; ++j) codes[i][j] = _mm256_setzero_si256();
           continue;
         }
-        const uint8_t *block = src[i] + u * Super::kBytes;
-        // The hardware prefetcher alone follows 8 row streams at half the DRAM
-        // bandwidth.
+        const uint8_t* block = src[i] + u * Super::kBytes;
+        // The hardware prefetcher alone follows 8 row streams at half the DRAM bandwidth.
         for (int64_t line = 0; line < Super::kBytes; line += 64) {
-          _mm_prefetch(
-              reinterpret_cast<const char *>(block + kPrefetchBytes + line),
-              _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(block + kPrefetchBytes + line), _MM_HINT_T0);
         }
         const SuperScales s = Super::scales(block);
-        // Per 16-element sub-block; with one scale per 32 columns, lanes 2j and
-        // 2j + 1 are equal.
+        // Per 16-element sub-block; with one scale per 32 columns, lanes 2j and 2j + 1 are equal.
         alignas(32) int16_t k[16];
         alignas(32) int16_t mn[16];
-        _mm256_store_si256(reinterpret_cast<__m256i *>(k), s.k16);
-        _mm256_store_si256(reinterpret_cast<__m256i *>(mn), s.mn16);
-        constexpr int kStep = 2 / P::kSubs; // 16-element sub-blocks per scale
-        for (int q = 0; q < kBlocks * P::kSubs; ++q)
-          scale_pairs[q][i] = int16_pair(k[kStep * q], k[kStep * q]);
-        for (int p = 0; p < P::kPairs; ++p)
-          min_pairs[p][i] =
-              int16_pair(mn[2 * kStep * p], mn[2 * kStep * p + kStep]);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(k), s.k16);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(mn), s.mn16);
+        constexpr int kStep = 2 / P::kSubs;  // 16-element sub-blocks per scale
+        for (int q = 0; q < kBlocks * P::kSubs; ++q) scale_pairs[q][i] = int16_pair(k[kStep * q], k[kStep * q]);
+        for (int p = 0; p < P::kPairs; ++p) min_pairs[p][i] = int16_pair(mn[2 * kStep * p], mn[2 * kStep * p + kStep]);
         d[i] = s.d;
         dmin[i] = s.dmin;
         Super::template values<0>(block, codes[i][0], codes[i][1]);
@@ -135,19 +113,15 @@ void stage_super_panels(const WeightMatrix &w, int64_t r0, int64_t row_end,
         Super::template values<2>(block, codes[i][4], codes[i][5]);
         Super::template values<3>(block, codes[i][6], codes[i][7]);
       }
-      uint8_t *dst = panel_out + u * kSuperBytes;
+      uint8_t* dst = panel_out + u * kSuperBytes;
       for (int j = 0; j < kBlocks; ++j) {
         __m256i block[kPanelRows];
-        for (int i = 0; i < kPanelRows; ++i)
-          block[i] = codes[i][j];
+        for (int i = 0; i < kPanelRows; ++i) block[i] = codes[i][j];
         transpose_8x8_dwords(block);
         for (int q = 0; q < kQuads; ++q) {
-          _mm256_store_si256(
-              reinterpret_cast<__m256i *>(dst + j * P::kBlockBytes + q * 32),
-              block[q]);
+          _mm256_store_si256(reinterpret_cast<__m256i*>(dst + j * P::kBlockBytes + q * 32), block[q]);
         }
-        std::memcpy(dst + j * P::kBlockBytes + kCodeBytes,
-                    scale_pairs[j * P::kSubs], 32 * P::kSubs);
+        std::memcpy(dst + j * P::kBlockBytes + kCodeBytes, scale_pairs[j * P::kSubs], 32 * P::kSubs);
       }
       std::memcpy(dst + P::kDOffset, d, 32);
       std::memcpy(dst + P::kDminOffset, dmin, 32);
@@ -156,45 +130,37 @@ void stage_super_panels(const WeightMatrix &w, int64_t r0, int64_t row_end,
   }
 }
 
-// Each token's sub-block sums of xk as int16 pairs of two consecutive
-// sub-blocks (of 32 elements for kSubs 1, of 16 for 2), [tokens, super-blocks,
-// 4 · kSubs], for the vpmaddwd with the rows' min (or o·k) pairs. |Σ of 32 q| ≤
-// 4064.
+// Each token's sub-block sums of xk as int16 pairs of two consecutive sub-blocks (of 32 elements
+// for kSubs 1, of 16 for 2), [tokens, super-blocks, 4 · kSubs], for the vpmaddwd with the rows' min
+// (or o·k) pairs. |Σ of 32 q| ≤ 4064.
 template <int kSubs>
-void sub_sum_pairs(const SuperBlockActivations &xk, int64_t token_begin,
-                   int64_t token_end, uint32_t *out) {
+void sub_sum_pairs(const SuperBlockActivations& xk, int64_t token_begin, int64_t token_end, uint32_t* out) {
   for (int64_t t = token_begin; t < token_end; ++t) {
     for (int64_t u = 0; u < xk.num_blocks; ++u) {
-      const int16_t *bsums = xk.bsums + (t * xk.num_blocks + u) * 16;
-      uint32_t *dst = out + ((t - token_begin) * xk.num_blocks + u) * 4 * kSubs;
+      const int16_t* bsums = xk.bsums + (t * xk.num_blocks + u) * 16;
+      uint32_t* dst = out + ((t - token_begin) * xk.num_blocks + u) * 4 * kSubs;
       for (int p = 0; p < 4 * kSubs; ++p) {
         dst[p] = kSubs == 2 ? int16_pair(bsums[2 * p], bsums[2 * p + 1])
-                            : int16_pair(bsums[4 * p] + bsums[4 * p + 1],
-                                         bsums[4 * p + 2] + bsums[4 * p + 3]);
+                            : int16_pair(bsums[4 * p] + bsums[4 * p + 1], bsums[4 * p + 2] + bsums[4 * p + 3]);
       }
     }
   }
 }
 
-// One panel × T tokens over every super-block; y rows [r0, r0 + valid_rows) of
-// each token. sum_pairs: sub_sum_pairs of the call's tokens, from token
-// sums_begin.
+// One panel × T tokens over every super-block; y rows [r0, r0 + valid_rows) of each token.
+// sum_pairs: sub_sum_pairs of the call's tokens, from token sums_begin.
 template <class P, int T>
-void super_panel_tile(const uint8_t *panel, const SuperBlockActivations &xk,
-                      const uint32_t *sum_pairs, int64_t sums_begin, int64_t t0,
-                      float *y, int64_t y_stride, int64_t r0, int valid_rows) {
+void super_panel_tile(const uint8_t* panel, const SuperBlockActivations& xk, const uint32_t* sum_pairs,
+                      int64_t sums_begin, int64_t t0, float* y, int64_t y_stride, int64_t r0, int valid_rows) {
   constexpr int kSubQuads = kQuads / P::kSubs;
-  // Quads whose int16 pair sums add up before a vpmaddwd (a pair is at most
-  // 2·kMaxCode·127).
-  constexpr int kSumQuads =
-      std::min(kSubQuads, 32767 / (2 * P::kMaxCode * 127));
-  static_assert(kSumQuads >= 1 && kSubQuads % kSumQuads == 0,
-                "codes too wide for int16 pair sums");
+  // Quads whose int16 pair sums add up before a vpmaddwd (a pair is at most 2·kMaxCode·127).
+  constexpr int kSumQuads = std::min(kSubQuads, 32767 / (2 * P::kMaxCode * 127));
+  static_assert(kSumQuads >= 1 && kSubQuads % kSumQuads == 0, "codes too wide for int16 pair sums");
   constexpr int kGroups = kQuads / kSumQuads;
   const int64_t num_supers = xk.num_blocks;
-  const int8_t *qs[T];
-  const float *scales[T];
-  const uint32_t *pairs[T];
+  const int8_t* qs[T];
+  const float* scales[T];
+  const uint32_t* pairs[T];
   for (int t = 0; t < T; ++t) {
     qs[t] = xk.qs + (t0 + t) * num_supers * 256;
     scales[t] = xk.scales + (t0 + t) * num_supers;
@@ -202,181 +168,113 @@ void super_panel_tile(const uint8_t *panel, const SuperBlockActivations &xk,
   }
   __m256 acc[T];
 #pragma GCC unroll 4
-  for (int t = 0; t < T; ++t)
-    acc[t] = _mm256_setzero_ps();
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t u = 0; u < num_supers; ++u) {
-    const uint8_t *super = panel + u * P::kSuperBytes;
+    const uint8_t* super = panel + u * P::kSuperBytes;
     __m256i dot[T];
 #pragma GCC unroll 4
-    for (int t = 0; t < T; ++t)
-      dot[t] = _mm256_setzero_si256();
+    for (int t = 0; t < T; ++t) dot[t] = _mm256_setzero_si256();
     for (int j = 0; j < kBlocks; ++j) {
-      const uint8_t *block = super + j * P::kBlockBytes;
+      const uint8_t* block = super + j * P::kBlockBytes;
 #pragma GCC unroll 4
       for (int g = 0; g < kGroups; ++g) {
-        const int first = g * kSumQuads; // in sub-block first / kSubQuads
-        const __m256i k = _mm256_load_si256(reinterpret_cast<const __m256i *>(
-            block + kCodeBytes + 32 * (first / kSubQuads)));
+        const int first = g * kSumQuads;  // in sub-block first / kSubQuads
+        const __m256i k =
+            _mm256_load_si256(reinterpret_cast<const __m256i*>(block + kCodeBytes + 32 * (first / kSubQuads)));
         __m256i low[T];
 #pragma GCC unroll 4
-        for (int t = 0; t < T; ++t)
-          low[t] = _mm256_setzero_si256();
-          // vpaddsw, never saturating here, for the reason
-          // matmul_panels_avx2.cc gives: GCC does not regroup it into a tree
-          // that spills.
+        for (int t = 0; t < T; ++t) low[t] = _mm256_setzero_si256();
+          // vpaddsw, never saturating here, for the reason matmul_panels_avx2.cc gives: GCC does
+          // not regroup it into a tree that spills.
 #pragma GCC unroll 8
         for (int q = first; q < first + kSumQuads; ++q) {
-          const __m256i w = _mm256_load_si256(
-              reinterpret_cast<const __m256i *>(block + q * 32));
+          const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(block + q * 32));
 #pragma GCC unroll 4
           for (int t = 0; t < T; ++t) {
             const __m256i xb = _mm256_set1_epi32(static_cast<int32_t>(
-                super_decode::load_u32(reinterpret_cast<const uint8_t *>(
-                    qs[t] + u * 256 + j * 32 + 4 * q))));
+                super_decode::load_u32(reinterpret_cast<const uint8_t*>(qs[t] + u * 256 + j * 32 + 4 * q))));
             low[t] = _mm256_adds_epi16(low[t], _mm256_maddubs_epi16(w, xb));
           }
         }
 #pragma GCC unroll 4
-        for (int t = 0; t < T; ++t)
-          dot[t] = _mm256_add_epi32(dot[t], _mm256_madd_epi16(low[t], k));
+        for (int t = 0; t < T; ++t) dot[t] = _mm256_add_epi32(dot[t], _mm256_madd_epi16(low[t], k));
       }
     }
-    const __m256 d =
-        _mm256_load_ps(reinterpret_cast<const float *>(super + P::kDOffset));
+    const __m256 d = _mm256_load_ps(reinterpret_cast<const float*>(super + P::kDOffset));
     __m256 dmin = _mm256_setzero_ps();
-    if constexpr (P::kMins)
-      dmin = _mm256_load_ps(
-          reinterpret_cast<const float *>(super + P::kDminOffset));
+    if constexpr (P::kMins) dmin = _mm256_load_ps(reinterpret_cast<const float*>(super + P::kDminOffset));
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) {
       __m256i mins = _mm256_setzero_si256();
 #pragma GCC unroll 8
       for (int p = 0; p < P::kPairs; ++p) {
-        const __m256i m = _mm256_load_si256(
-            reinterpret_cast<const __m256i *>(super + P::kMinsOffset + 32 * p));
-        const __m256i s = _mm256_castps_si256(_mm256_broadcast_ss(
-            reinterpret_cast<const float *>(pairs[t] + u * P::kPairs + p)));
+        const __m256i m = _mm256_load_si256(reinterpret_cast<const __m256i*>(super + P::kMinsOffset + 32 * p));
+        const __m256i s =
+            _mm256_castps_si256(_mm256_broadcast_ss(reinterpret_cast<const float*>(pairs[t] + u * P::kPairs + p)));
         mins = _mm256_add_epi32(mins, _mm256_madd_epi16(m, s));
       }
       const __m256 xs = _mm256_set1_ps(scales[t][u]);
       if constexpr (P::kMins) {
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[t]),
-                                 _mm256_mul_ps(d, xs), acc[t]);
-        acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins),
-                                  _mm256_mul_ps(dmin, xs), acc[t]);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[t]), _mm256_mul_ps(d, xs), acc[t]);
+        acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(dmin, xs), acc[t]);
       } else {
-        acc[t] =
-            _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(dot[t], mins)),
-                            _mm256_mul_ps(d, xs), acc[t]);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(dot[t], mins)), _mm256_mul_ps(d, xs), acc[t]);
       }
     }
   }
-  for (int t = 0; t < T; ++t) {
-    float *out = y + (t0 + t) * y_stride + r0;
-    if (valid_rows == kPanelRows) {
-      _mm256_storeu_ps(out, acc[t]);
-    } else {
-      alignas(32) float lanes[kPanelRows];
-      _mm256_store_ps(lanes, acc[t]);
-      std::memcpy(out, lanes, static_cast<size_t>(valid_rows) * 4);
-    }
-  }
+  for (int t = 0; t < T; ++t) avx2_panels::store_panel_rows(acc[t], y + (t0 + t) * y_stride + r0, valid_rows);
 }
 
 template <class P>
-void run_super_panels(const MatmulProblem &p, int64_t row_begin,
-                      int64_t row_end) {
-  constexpr int kTokens =
-      4; // 16 ymm: 4 int16 sums, 4 int32 dots, weights, scales, a broadcast
-  const WeightMatrix &w = *p.w;
-  const SuperBlockActivations &xk = *p.xk;
+void run_super_panels(const MatmulProblem& p, int64_t row_begin, int64_t row_end) {
+  constexpr int kTokens = 4;  // 16 ymm: 4 int16 sums, 4 int32 dots, weights, scales, a broadcast
+  const WeightMatrix& w = *p.w;
+  const SuperBlockActivations& xk = *p.xk;
   const int64_t num_supers = w.cols / 256;
-  const int64_t panel_bytes = num_supers * P::kSuperBytes;
-  const int64_t panels_per_stage =
-      std::max<int64_t>(1, kStageBytes / panel_bytes);
-  thread_local ActivationBuffer buffer;
   thread_local std::vector<uint32_t> sum_pairs;
-  uint8_t *staged = buffer.reserve(panels_per_stage * panel_bytes);
-  sum_pairs.resize(static_cast<size_t>((p.token_end - p.token_begin) *
-                                       num_supers * P::kPairs));
+  sum_pairs.resize(static_cast<size_t>((p.token_end - p.token_begin) * num_supers * P::kPairs));
   sub_sum_pairs<P::kSubs>(xk, p.token_begin, p.token_end, sum_pairs.data());
-  const int64_t tokens_per_chunk = std::max<int64_t>(
-      kTokens, kChunkBytes /
-                   SuperBlockActivations::bytes_per_token(num_supers) /
-                   kTokens * kTokens);
-  for (int64_t r0 = row_begin; r0 < row_end;
-       r0 += panels_per_stage * kPanelRows) {
-    const int64_t rows = std::min(row_end - r0, panels_per_stage * kPanelRows);
-    const int64_t num_panels = (rows + kPanelRows - 1) / kPanelRows;
-    stage_super_panels<P>(w, r0, r0 + rows, num_panels, staged);
-    // Each panel stays in L1 while the tiles of a token chunk, held in L2, run
-    // over it.
-    for (int64_t chunk = p.token_begin; chunk < p.token_end;
-         chunk += tokens_per_chunk) {
-      const int64_t chunk_end = std::min(p.token_end, chunk + tokens_per_chunk);
-      for (int64_t panel = 0; panel < num_panels; ++panel) {
-        const uint8_t *panel_data = staged + panel * panel_bytes;
-        const int64_t panel_r0 = r0 + panel * kPanelRows;
-        const int valid = static_cast<int>(
-            std::min<int64_t>(kPanelRows, rows - panel * kPanelRows));
-        auto tile = [&](auto tokens, int64_t t) {
-          super_panel_tile<P, decltype(tokens)::value>(
-              panel_data, xk, sum_pairs.data(), p.token_begin, t, p.y, w.rows,
-              panel_r0, valid);
-        };
-        int64_t t = chunk;
-        for (; t + kTokens <= chunk_end; t += kTokens)
-          tile(std::integral_constant<int, kTokens>{}, t);
-        switch (chunk_end - t) {
-        case 3:
-          tile(std::integral_constant<int, 3>{}, t);
-          break;
-        case 2:
-          tile(std::integral_constant<int, 2>{}, t);
-          break;
-        case 1:
-          tile(std::integral_constant<int, 1>{}, t);
-          break;
-        default:
-          break;
-        }
-      }
-    }
-  }
+  avx2_panels::run_staged_panels<kTokens>(
+      p, row_begin, row_end, num_supers * P::kSuperBytes, SuperBlockActivations::bytes_per_token(num_supers),
+      [&](int64_t r0, int64_t stage_end, int64_t num_panels, uint8_t* out) {
+        stage_super_panels<P>(w, r0, stage_end, num_panels, out);
+      },
+      [&](auto tokens, const uint8_t* panel, int64_t t, int64_t panel_r0, int valid) {
+        super_panel_tile<P, decltype(tokens)::value>(panel, xk, sum_pairs.data(), p.token_begin, t, p.y, w.rows,
+                                                     panel_r0, valid);
+      });
 }
 
-} // namespace
+}  // namespace
 
 bool avx2_super_panels_support(GgmlType type) {
   switch (type) {
-  case GgmlType::kQ2_K:
-  case GgmlType::kQ3_K:
-  case GgmlType::kQ4_K:
-  case GgmlType::kQ5_K:
-  case GgmlType::kQ6_K:
-    return true;
-  default:
-    return false;
+    case GgmlType::kQ2_K:
+    case GgmlType::kQ3_K:
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+    case GgmlType::kQ6_K:
+      return true;
+    default:
+      return false;
   }
 }
 
-void matmul_super_panels_avx2(const MatmulProblem &p, int64_t row_begin,
-                              int64_t row_end) {
+void matmul_super_panels_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_end) {
   switch (p.w->type) {
-  case GgmlType::kQ2_K:
-    return run_super_panels<PanelQ2K>(p, row_begin, row_end);
-  case GgmlType::kQ3_K:
-    return run_super_panels<PanelQ3K>(p, row_begin, row_end);
-  case GgmlType::kQ4_K:
-    return run_super_panels<PanelQ4K>(p, row_begin, row_end);
-  case GgmlType::kQ5_K:
-    return run_super_panels<PanelQ5K>(p, row_begin, row_end);
-  case GgmlType::kQ6_K:
-    return run_super_panels<PanelQ6K>(p, row_begin, row_end);
-  default:
-    KVLM_CHECK(false, "matmul_super_panels_avx2: weight type {}",
-               ggml_type_name(p.w->type));
+    case GgmlType::kQ2_K:
+      return run_super_panels<PanelQ2K>(p, row_begin, row_end);
+    case GgmlType::kQ3_K:
+      return run_super_panels<PanelQ3K>(p, row_begin, row_end);
+    case GgmlType::kQ4_K:
+      return run_super_panels<PanelQ4K>(p, row_begin, row_end);
+    case GgmlType::kQ5_K:
+      return run_super_panels<PanelQ5K>(p, row_begin, row_end);
+    case GgmlType::kQ6_K:
+      return run_super_panels<PanelQ6K>(p, row_begin, row_end);
+    default:
+      KVLM_CHECK(false, "matmul_super_panels_avx2: weight type {}", ggml_type_name(p.w->type));
   }
 }
 
-} // namespace kvlm::ops_internal
+}  // namespace kvlm::ops_internal

@@ -1,0 +1,81 @@
+// The loop both AVX2 panel GEMMs run (matmul_panels_avx2.cc on 32-element activations,
+// matmul_super_panels_avx2.cc on super-block ones): a thread's rows are staged, an L2-sized block
+// at a time, into 8-row panels, and each token tile of a chunk of the call's tokens, held in L2,
+// runs over each panel while it stays in L1.
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "ops/matmul_kernels.h"
+
+namespace kvlm::ops_internal::avx2_panels {
+
+inline constexpr int kPanelRows = 8;
+// Staged rows of one block stay in L2 while every token tile runs over them (Zen 2 has 512 KB).
+inline constexpr int64_t kStageBytes = 192 << 10;
+// The activations of a token chunk stay in L2 too, beside the staged rows.
+inline constexpr int64_t kChunkBytes = 192 << 10;
+
+// Rows [row_begin, row_end) × tokens [p.token_begin, p.token_end):
+//   stage(r0, stage_end, num_panels, out) stages rows [r0, stage_end) into num_panels panels of
+//     panel_bytes each (the rows past stage_end as zeros);
+//   tile(std::integral_constant<int, T>, panel, t, panel_r0, valid_rows) runs tokens [t, t + T)
+//     over one staged panel, whose first row is panel_r0 and of whose rows valid_rows are real.
+// Tiles take kTokens tokens; a chunk's last 1-3 tokens take one smaller tile.
+template <int kTokens, class Stage, class Tile>
+void run_staged_panels(const MatmulProblem& p, int64_t row_begin, int64_t row_end, int64_t panel_bytes,
+                       int64_t activation_bytes_per_token, const Stage& stage, const Tile& tile) {
+  thread_local ActivationBuffer buffer;
+  const int64_t panels_per_stage = std::max<int64_t>(1, kStageBytes / panel_bytes);
+  uint8_t* staged = buffer.reserve(panels_per_stage * panel_bytes);
+  const int64_t tokens_per_chunk =
+      std::max<int64_t>(kTokens, kChunkBytes / activation_bytes_per_token / kTokens * kTokens);
+  for (int64_t r0 = row_begin; r0 < row_end; r0 += panels_per_stage * kPanelRows) {
+    const int64_t rows = std::min(row_end - r0, panels_per_stage * kPanelRows);
+    const int64_t num_panels = (rows + kPanelRows - 1) / kPanelRows;
+    stage(r0, r0 + rows, num_panels, staged);
+    for (int64_t chunk = p.token_begin; chunk < p.token_end; chunk += tokens_per_chunk) {
+      const int64_t chunk_end = std::min(p.token_end, chunk + tokens_per_chunk);
+      for (int64_t panel = 0; panel < num_panels; ++panel) {
+        const uint8_t* panel_data = staged + panel * panel_bytes;
+        const int64_t panel_r0 = r0 + panel * kPanelRows;
+        const int valid = static_cast<int>(std::min<int64_t>(kPanelRows, rows - panel * kPanelRows));
+        int64_t t = chunk;
+        for (; t + kTokens <= chunk_end; t += kTokens) {
+          tile(std::integral_constant<int, kTokens>{}, panel_data, t, panel_r0, valid);
+        }
+        switch (chunk_end - t) {
+          case 3:
+            if constexpr (kTokens > 3) tile(std::integral_constant<int, 3>{}, panel_data, t, panel_r0, valid);
+            break;
+          case 2:
+            tile(std::integral_constant<int, 2>{}, panel_data, t, panel_r0, valid);
+            break;
+          case 1:
+            tile(std::integral_constant<int, 1>{}, panel_data, t, panel_r0, valid);
+            break;
+          default:
+            break;
+        }
+      }
+    }
+  }
+}
+
+// Stores a panel's 8 rows (one lane each) at out, only the first valid_rows of them.
+inline void store_panel_rows(__m256 rows, float* out, int valid_rows) {
+  if (valid_rows == kPanelRows) {
+    _mm256_storeu_ps(out, rows);
+  } else {
+    alignas(32) float lanes[kPanelRows];
+    _mm256_store_ps(lanes, rows);
+    std::memcpy(out, lanes, static_cast<size_t>(valid_rows) * 4);
+  }
+}
+
+}  // namespace kvlm::ops_internal::avx2_panels
