@@ -1,6 +1,7 @@
 // End-to-end tests of `kvlm bench`: the JSON rows on stories260K, the table, and one-line errors.
 #include <algorithm>
 #include <cmath>
+#include <regex>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -126,7 +127,9 @@ TEST(CliBench, DecodeRowsReportTheirShareOfTheProbedBandwidth) {
   }
   const auto table = run_command(kvlm_binary() + " bench -m " + model.string() + " -p 0 -n 4 -r 1 -t 1");
   ASSERT_EQ(table.exit_code, 0) << table.err;
-  EXPECT_NE(table.out.find("| % BW | % read |"), std::string::npos) << table.out;
+  // The headers, padded to their column's widest cell: on a loaded machine a decode row fitting in
+  // cache can read at 1000% or more of the probed bandwidth, and "% BW" then takes 5 columns.
+  EXPECT_TRUE(std::regex_search(table.out, std::regex(R"(\| +% BW \| +% read \|)"))) << table.out;
   EXPECT_NE(table.out.find("memory bandwidth (% BW and % read divide by its medians): triad"), std::string::npos)
       << table.out;
   const auto skipped = run_command(kvlm_binary() + " bench -m " + model.string() + " -p 0 -n 4 -r 1 -t 1 --no-probe --json");
