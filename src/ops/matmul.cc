@@ -341,8 +341,8 @@ void matmul_shared_input_with_isa(Isa isa, std::span<const MatmulOutput> outs, c
   const bool panels = avx2_panels_take_batch(isa, w.type, num_tokens);
   const bool super_groups = avx512_super_groups_take_batch(isa, w.type, num_tokens);
   // The panel kernel and the super-block group kernel take 32-element activation blocks for
-  // every type but the panels' Q4_K and Q5_K, whose integer sub-block scales need one
-  // activation scale per super-block.
+  // every type but the panels' K-quants, whose integer sub-block scales need one activation
+  // scale per super-block.
   const ActivationFormat format = panels && avx2_super_panels_support(w.type) ? ActivationFormat::kSuperBlocks
                                   : panels || super_groups                    ? ActivationFormat::kBlocks32
                                                                               : activation_format(w.type);

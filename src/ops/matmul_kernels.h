@@ -222,8 +222,9 @@ bool amx_takes_batch(Isa isa, GgmlType type, int64_t num_tokens);
 // avx2_super_panels_support names.
 void matmul_panels_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_end);
 bool avx2_panels_support(GgmlType type);
-// Q4_K and Q5_K batches on AVX2 (matmul_super_panels_avx2.cc): the same panels with the rows'
-// 6-bit sub-block scales applied in int32, on p.xk (super-block activations, element order).
+// K-quant batches on AVX2 (matmul_super_panels_avx2.cc; matmul_panels_avx2 hands them over): the
+// same panels with the rows' sub-block scales applied in int32, on p.xk (super-block activations,
+// element order).
 void matmul_super_panels_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_end);
 bool avx2_super_panels_support(GgmlType type);
 // Tokens [token_begin, token_end) of xq (quantized with Q4_0's bias offset) into out's pairs.

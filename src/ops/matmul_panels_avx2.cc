@@ -24,9 +24,6 @@
 // QuantizedActivations.
 #include <immintrin.h>
 
-#include <algorithm>
-#include <cstring>
-#include <type_traits>
 #include <vector>
 
 #include "core/check.h"
@@ -286,17 +283,12 @@ bool avx2_panels_support(GgmlType type) {
 void matmul_panels_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_end) {
   count_isa_kernel_run(Isa::kAvx2);
   count_avx2_panel_kernel_run();
+  if (avx2_super_panels_support(p.w->type)) return matmul_super_panels_avx2(p, row_begin, row_end);  // on p.xk
   switch (p.w->type) {
     case GgmlType::kQ8_0:
       return matmul_wide_panels_avx2(p, row_begin, row_end);  // int16 pairs, not code planes
     case GgmlType::kQ4_0:
       return run_panels<PanelQ4_0>(p, row_begin, row_end);
-    case GgmlType::kQ2_K:
-    case GgmlType::kQ3_K:
-    case GgmlType::kQ4_K:
-    case GgmlType::kQ5_K:
-    case GgmlType::kQ6_K:
-      return matmul_super_panels_avx2(p, row_begin, row_end);  // on p.xk
     case GgmlType::kIQ4_XS:
       return run_panels<PanelIq4Xs>(p, row_begin, row_end);
     default:

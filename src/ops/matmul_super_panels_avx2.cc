@@ -24,7 +24,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <type_traits>
 #include <vector>
 
 #include "core/check.h"
@@ -181,11 +180,11 @@ void super_panel_tile(const uint8_t* panel, const SuperBlockActivations& xk, con
         const int first = g * kSumQuads;  // in sub-block first / kSubQuads
         const __m256i k =
             _mm256_load_si256(reinterpret_cast<const __m256i*>(block + kCodeBytes + 32 * (first / kSubQuads)));
+        // Summed with vpaddsw, never saturating here, for the reason matmul_panels_avx2.cc gives:
+        // GCC does not regroup it into a tree that spills.
         __m256i low[T];
 #pragma GCC unroll 4
         for (int t = 0; t < T; ++t) low[t] = _mm256_setzero_si256();
-          // vpaddsw, never saturating here, for the reason matmul_panels_avx2.cc gives: GCC does
-          // not regroup it into a tree that spills.
 #pragma GCC unroll 8
         for (int q = first; q < first + kSumQuads; ++q) {
           const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(block + q * 32));
