@@ -179,7 +179,8 @@ void activation_block_sums(const QuantizedActivations& xq, int64_t token_begin, 
 // block_sums: activation_block_sums of the call's tokens, from token sums_begin.
 template <class Codes, int T>
 void panel_tile(const uint8_t* panel, const QuantizedActivations& xq, const int32_t* block_sums, int64_t sums_begin,
-                int64_t t0, float* y, int64_t y_stride, int64_t r0, int valid_rows) {
+                int64_t t0, float* y, int64_t y_stride, int64_t r0, int valid_rows,
+                avx2_panels::NextStagePrefetch& prefetch) {
   constexpr int kPlanes = Codes::kPlanes;
   const int64_t num_blocks = xq.num_blocks;
   const int64_t block_bytes = staged_block_bytes<Codes>();
@@ -197,6 +198,7 @@ void panel_tile(const uint8_t* panel, const QuantizedActivations& xq, const int3
 #pragma GCC unroll 4
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < num_blocks; ++b) {
+    prefetch.step();
     const uint8_t* block = panel + b * block_bytes;
     __m256i low[T];
     __m256i high[T];
@@ -252,13 +254,14 @@ void run_panels(const MatmulProblem& p, int64_t row_begin, int64_t row_end) {
   activation_block_sums(xq, p.token_begin, p.token_end, block_sums.data());
   avx2_panels::run_staged_panels<kTokens>(
       p, row_begin, row_end, num_blocks * staged_block_bytes<Codes>(),
-      QuantizedActivations::bytes_per_token(num_blocks),
+      QuantizedActivations::bytes_per_token(num_blocks), num_blocks,
       [&](int64_t r0, int64_t stage_end, int64_t num_panels, uint8_t* out) {
         stage_panels<Codes>(w, r0, stage_end, num_panels, out);
       },
-      [&](auto tokens, const uint8_t* panel, int64_t t, int64_t panel_r0, int valid) {
+      [&](auto tokens, const uint8_t* panel, int64_t t, int64_t panel_r0, int valid,
+          avx2_panels::NextStagePrefetch& prefetch) {
         panel_tile<Codes, decltype(tokens)::value>(panel, xq, block_sums.data(), p.token_begin, t, p.y, w.rows,
-                                                   panel_r0, valid);
+                                                   panel_r0, valid, prefetch);
       });
 }
 

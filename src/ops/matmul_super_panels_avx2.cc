@@ -150,7 +150,8 @@ void sub_sum_pairs(const SuperBlockActivations& xk, int64_t token_begin, int64_t
 // sum_pairs: sub_sum_pairs of the call's tokens, from token sums_begin.
 template <class P, int T>
 void super_panel_tile(const uint8_t* panel, const SuperBlockActivations& xk, const uint32_t* sum_pairs,
-                      int64_t sums_begin, int64_t t0, float* y, int64_t y_stride, int64_t r0, int valid_rows) {
+                      int64_t sums_begin, int64_t t0, float* y, int64_t y_stride, int64_t r0, int valid_rows,
+                      avx2_panels::NextStagePrefetch& prefetch) {
   constexpr int kSubQuads = kQuads / P::kSubs;
   // Quads whose int16 pair sums add up before a vpmaddwd (a pair is at most 2·kMaxCode·127).
   constexpr int kSumQuads = std::min(kSubQuads, 32767 / (2 * P::kMaxCode * 127));
@@ -169,6 +170,7 @@ void super_panel_tile(const uint8_t* panel, const SuperBlockActivations& xk, con
 #pragma GCC unroll 4
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t u = 0; u < num_supers; ++u) {
+    prefetch.step();
     const uint8_t* super = panel + u * P::kSuperBytes;
     __m256i dot[T];
 #pragma GCC unroll 4
@@ -235,12 +237,14 @@ void run_super_panels(const MatmulProblem& p, int64_t row_begin, int64_t row_end
   sub_sum_pairs<P::kSubs>(xk, p.token_begin, p.token_end, sum_pairs.data());
   avx2_panels::run_staged_panels<kTokens>(
       p, row_begin, row_end, num_supers * P::kSuperBytes, SuperBlockActivations::bytes_per_token(num_supers),
+      num_supers,
       [&](int64_t r0, int64_t stage_end, int64_t num_panels, uint8_t* out) {
         stage_super_panels<P>(w, r0, stage_end, num_panels, out);
       },
-      [&](auto tokens, const uint8_t* panel, int64_t t, int64_t panel_r0, int valid) {
+      [&](auto tokens, const uint8_t* panel, int64_t t, int64_t panel_r0, int valid,
+          avx2_panels::NextStagePrefetch& prefetch) {
         super_panel_tile<P, decltype(tokens)::value>(panel, xk, sum_pairs.data(), p.token_begin, t, p.y, w.rows,
-                                                     panel_r0, valid);
+                                                     panel_r0, valid, prefetch);
       });
 }
 

@@ -26,10 +26,9 @@
 #include <type_traits>
 
 #include "core/check.h"
-#include "ops/half_f16c.h"
 #include "ops/matmul_kernels.h"
+#include "ops/matmul_panel_driver_avx2.h"
 #include "ops/matmul_super_decode_avx2.h"
-#include "ops/transpose_avx2.h"
 
 namespace kvlm::ops_internal {
 namespace {
@@ -61,45 +60,64 @@ __attribute__((noinline)) void stage_panels(const WeightMatrix& w, int64_t r0, i
       src[i] = row < row_end ? w.data + static_cast<uint64_t>(row) * w.row_bytes : nullptr;
     }
     for (int64_t b = b0; b < b1; ++b) {
-      __m256i low[kPanelRows];   // columns 0..15 of each row as int16
-      __m256i high[kPanelRows];  // columns 16..31
-      alignas(32) float scales[kPanelRows];
+      __m256i q[kPanelRows];  // row i's 32 codes
+      alignas(16) uint16_t halves[kPanelRows];
       for (int i = 0; i < kPanelRows; ++i) {
         if (src[i] == nullptr) {
-          low[i] = high[i] = _mm256_setzero_si256();
-          scales[i] = 0.0f;
+          q[i] = _mm256_setzero_si256();
+          halves[i] = 0;  // f16 zero
           continue;
         }
         const uint8_t* block = src[i] + b * sizeof(BlockQ8_0);
         // The hardware prefetcher alone follows 8 row streams at half the DRAM bandwidth.
         _mm_prefetch(reinterpret_cast<const char*>(block + kPrefetchBytes), _MM_HINT_T0);
-        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2));
-        low[i] = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q));
-        high[i] = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(q, 1));
-        scales[i] = half_f16c(block);
+        q[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2));
+        std::memcpy(&halves[i], block, 2);
       }
-      transpose_8x8_dwords(low);
-      transpose_8x8_dwords(high);
+      // The int8 column pairs (16-bit words) transposed in three in-lane unpack rounds, which
+      // every AVX2 CPU runs on two ports: word k of each 128-bit lane, rows 0..7, ends in
+      // vector k, pair k in its low lane and pair k + 8 in its high lane. Sign-extended, each
+      // half is one staged vector. (Widening first and transposing dwords took twice the
+      // shuffles, and 16 live vectors that spilled.)
+      __m256i words[kPanelRows];  // rows 2i, 2i + 1 interleaved: words 0-3 (even) or 4-7 (odd)
+      for (int i = 0; i < kPanelRows; i += 2) {
+        words[i] = _mm256_unpacklo_epi16(q[i], q[i + 1]);
+        words[i + 1] = _mm256_unpackhi_epi16(q[i], q[i + 1]);
+      }
+      __m256i quads[kPanelRows];  // rows 4i..4i+3: words (0, 1), (2, 3), (4, 5), (6, 7)
+      for (int i = 0; i < 2; ++i) {
+        quads[4 * i] = _mm256_unpacklo_epi32(words[4 * i], words[4 * i + 2]);
+        quads[4 * i + 1] = _mm256_unpackhi_epi32(words[4 * i], words[4 * i + 2]);
+        quads[4 * i + 2] = _mm256_unpacklo_epi32(words[4 * i + 1], words[4 * i + 3]);
+        quads[4 * i + 3] = _mm256_unpackhi_epi32(words[4 * i + 1], words[4 * i + 3]);
+      }
       uint8_t* dst = out + panel * panel_bytes + (b - b0) * kBlockBytes;
-      for (int k = 0; k < kPanelRows; ++k) {
-        _mm256_store_si256(reinterpret_cast<__m256i*>(dst + k * 32), low[k]);
-        _mm256_store_si256(reinterpret_cast<__m256i*>(dst + (kPanelRows + k) * 32), high[k]);
+      for (int k = 0; k < 4; ++k) {  // words 2k and 2k + 1 of rows 0..7
+        const __m256i even = _mm256_unpacklo_epi64(quads[k], quads[4 + k]);
+        const __m256i odd = _mm256_unpackhi_epi64(quads[k], quads[4 + k]);
+        auto* v = reinterpret_cast<__m256i*>(dst);
+        _mm256_store_si256(v + 2 * k, _mm256_cvtepi8_epi16(_mm256_castsi256_si128(even)));
+        _mm256_store_si256(v + 2 * k + 1, _mm256_cvtepi8_epi16(_mm256_castsi256_si128(odd)));
+        _mm256_store_si256(v + 2 * k + 8, _mm256_cvtepi8_epi16(_mm256_extracti128_si256(even, 1)));
+        _mm256_store_si256(v + 2 * k + 9, _mm256_cvtepi8_epi16(_mm256_extracti128_si256(odd, 1)));
       }
-      _mm256_store_ps(reinterpret_cast<float*>(dst + kScalesOffset), _mm256_load_ps(scales));
+      _mm256_store_ps(reinterpret_cast<float*>(dst + kScalesOffset),
+                      _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(halves))));
     }
   }
 }
 
 // One tile's view of its tokens and output rows.
 struct TileArgs {
-  const uint8_t* panel;      // the first of P consecutive staged panels
-  int64_t panel_bytes;       // bytes of one staged panel (the slice's blocks)
-  int64_t num_blocks;        // blocks in the slice
-  const int16_t* x[3];       // per token: its widened values from the slice's first column
-  const float* dx[3];        // per token: its block scales from the slice's first block
-  float* y[3];               // per token: its output at the tile's first row
-  int valid_rows[2];         // rows of each panel inside the matrix
-  bool accumulate;           // add to y (a slice after the first) instead of overwriting it
+  const uint8_t* panel;  // the first of P consecutive staged panels
+  int64_t panel_bytes;   // bytes of one staged panel (the slice's blocks)
+  int64_t num_blocks;    // blocks in the slice
+  const int16_t* x[3];   // per token: its widened values from the slice's first column
+  const float* dx[3];    // per token: its block scales from the slice's first block
+  float* y[3];           // per token: its output at the tile's first row
+  int valid_rows[2];     // rows of each panel inside the matrix
+  bool accumulate;       // add to y (a slice after the first) instead of overwriting it
+  avx2_panels::NextStagePrefetch* prefetch;
 };
 
 template <int P, int T>
@@ -119,6 +137,7 @@ void wide_tile(const TileArgs& a) {
     }
   }
   for (int64_t b = 0; b < a.num_blocks; ++b) {
+    a.prefetch->step();
     const uint8_t* block = a.panel + b * kBlockBytes;
     __m256i dot[P][T];
     // Pair j of every tile row and token; pair 0 starts the sums (a plain accumulation: fully
@@ -152,8 +171,8 @@ void wide_tile(const TileArgs& a) {
       const __m256 wd = _mm256_load_ps(reinterpret_cast<const float*>(block + p * a.panel_bytes + kScalesOffset));
 #pragma GCC unroll 3
       for (int t = 0; t < T; ++t) {
-        acc[p][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[p][t]), _mm256_mul_ps(wd, _mm256_set1_ps(a.dx[t][b])),
-                                    acc[p][t]);
+        acc[p][t] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[p][t]), _mm256_mul_ps(wd, _mm256_set1_ps(a.dx[t][b])), acc[p][t]);
       }
     }
   }
@@ -222,6 +241,18 @@ void matmul_wide_panels_avx2(const MatmulProblem& p, int64_t row_begin, int64_t 
       const int64_t b1 = std::min(num_blocks, b0 + slice_blocks);
       const int64_t panel_bytes = (b1 - b0) * kBlockBytes;
       stage_panels(w, r0, r0 + rows, num_panels, b0, b1, staged);
+      // The next stage: this stage's rows' next slice, else the next rows' first.
+      avx2_panels::NextStagePrefetch next;
+      const int64_t next_r0 = b1 < num_blocks ? r0 : r0 + panels_per_stage * kPanelRows;
+      const int64_t next_b0 = b1 < num_blocks ? b1 : 0;
+      if (next_r0 < row_end) {
+        const int64_t steps = avx2_panels::tiles_per_panel(p.token_begin, p.token_end, tokens_per_chunk, 3) *
+                              ((num_panels + 1) / 2) * (b1 - b0);
+        next = avx2_panels::NextStagePrefetch(
+            w, next_r0, std::min(row_end, next_r0 + panels_per_stage * kPanelRows),
+            next_b0 * static_cast<int64_t>(sizeof(BlockQ8_0)),
+            std::min(num_blocks, next_b0 + slice_blocks) * static_cast<int64_t>(sizeof(BlockQ8_0)), steps);
+      }
       // The tiles of a token chunk (its activations held in L2) run over each pair of panels.
       for (int64_t chunk = p.token_begin; chunk < p.token_end; chunk += tokens_per_chunk) {
         const int64_t chunk_end = std::min(p.token_end, chunk + tokens_per_chunk);
@@ -231,6 +262,7 @@ void matmul_wide_panels_avx2(const MatmulProblem& p, int64_t row_begin, int64_t 
           a.panel_bytes = panel_bytes;
           a.num_blocks = b1 - b0;
           a.accumulate = b0 > 0;
+          a.prefetch = &next;
           for (int q = 0; q < 2; ++q) {
             a.valid_rows[q] = static_cast<int>(std::clamp<int64_t>(rows - (panel + q) * kPanelRows, 0, kPanelRows));
           }
