@@ -23,6 +23,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <vector>
 
@@ -42,11 +43,16 @@ constexpr int64_t kCodeBytes = 32 * kQuads;
 
 // A type's staged layout: Super is its register decoder (matmul_super_decode_avx2.h), kSubs its
 // scales per 32 columns, kMaxCode its largest code u.
-template <class SuperOf, int kSubsOf, int kMaxCodeOf>
+template <class SuperOf, int kSubsOf, int kMaxCodeOf, int kCodeBeginOf, int kCodeEndOf>
 struct PanelType {
   using Super = SuperOf;
   static constexpr int kSubs = kSubsOf;
   static constexpr int kMaxCode = kMaxCodeOf;
+  // The block's bytes [kCodeBegin, kCodeEnd) hold its codes (all that Super::values reads), in
+  // 32-byte runs whose byte l serves column l of a 32-column block.
+  static constexpr int kCodeBegin = kCodeBeginOf;
+  static constexpr int kCodeEnd = kCodeEndOf;
+  static_assert((kCodeEnd - kCodeBegin) % 32 == 0);
   static constexpr bool kMins = Super::kKind == CodeKind::kUnsignedMin;
   static constexpr int kPairs = 4 * kSubs;  // int16 pairs of mins (or o·k) per super-block
   static constexpr int64_t kBlockBytes = kCodeBytes + 32 * kSubs;
@@ -55,11 +61,11 @@ struct PanelType {
   static constexpr int64_t kMinsOffset = kDminOffset + 32;
   static constexpr int64_t kSuperBytes = kMinsOffset + 32 * kPairs;
 };
-using PanelQ2K = PanelType<SuperQ2K, 2, 3>;
-using PanelQ3K = PanelType<SuperQ3K, 2, 7>;
-using PanelQ4K = PanelType<SuperQ4K, 1, 15>;
-using PanelQ5K = PanelType<SuperQ5K, 1, 31>;
-using PanelQ6K = PanelType<SuperQ6K, 2, 63>;
+using PanelQ2K = PanelType<SuperQ2K, 2, 3, offsetof(BlockQ2_K, qs), offsetof(BlockQ2_K, d)>;
+using PanelQ3K = PanelType<SuperQ3K, 2, 7, offsetof(BlockQ3_K, hmask), offsetof(BlockQ3_K, scales)>;
+using PanelQ4K = PanelType<SuperQ4K, 1, 15, offsetof(BlockQ4_K, qs), sizeof(BlockQ4_K)>;
+using PanelQ5K = PanelType<SuperQ5K, 1, 31, offsetof(BlockQ5_K, qh), sizeof(BlockQ5_K)>;
+using PanelQ6K = PanelType<SuperQ6K, 2, 63, offsetof(BlockQ6_K, ql), offsetof(BlockQ6_K, scales)>;
 
 constexpr int64_t kPrefetchBytes = 512;
 
@@ -81,14 +87,16 @@ void stage_super_panels(const WeightMatrix& w, int64_t r0, int64_t row_end, int6
       src[i] = row < row_end ? w.data + static_cast<uint64_t>(row) * w.row_bytes : nullptr;
     }
     for (int64_t u = 0; u < num_supers; ++u) {
-      __m256i codes[kPanelRows][kBlocks];
-      alignas(32) uint32_t scale_pairs[kBlocks * P::kSubs][kPanelRows] = {};
-      alignas(32) uint32_t min_pairs[P::kPairs][kPanelRows] = {};
+      // Per row, its int16 scale pairs (k, k), one dword per scale (8 · kSubs), and its min (or
+      // o·k) pairs, one dword per two scales; transposed below into one vector per dword.
+      __m256i scale_pairs[P::kSubs][kPanelRows];
+      __m256i min_pairs[kPanelRows];
       alignas(32) float d[kPanelRows] = {};
       alignas(32) float dmin[kPanelRows] = {};
       for (int i = 0; i < kPanelRows; ++i) {
         if (src[i] == nullptr) {
-          for (int j = 0; j < kBlocks; ++j) codes[i][j] = _mm256_setzero_si256();
+          for (int h = 0; h < P::kSubs; ++h) scale_pairs[h][i] = _mm256_setzero_si256();
+          min_pairs[i] = _mm256_setzero_si256();
           continue;
         }
         const uint8_t* block = src[i] + u * Super::kBytes;
@@ -97,34 +105,71 @@ void stage_super_panels(const WeightMatrix& w, int64_t r0, int64_t row_end, int6
           _mm_prefetch(reinterpret_cast<const char*>(block + kPrefetchBytes + line), _MM_HINT_T0);
         }
         const SuperScales s = Super::scales(block);
-        // Per 16-element sub-block; with one scale per 32 columns, lanes 2j and 2j + 1 are equal.
-        alignas(32) int16_t k[16];
-        alignas(32) int16_t mn[16];
-        _mm256_store_si256(reinterpret_cast<__m256i*>(k), s.k16);
-        _mm256_store_si256(reinterpret_cast<__m256i*>(mn), s.mn16);
-        constexpr int kStep = 2 / P::kSubs;  // 16-element sub-blocks per scale
-        for (int q = 0; q < kBlocks * P::kSubs; ++q) scale_pairs[q][i] = int16_pair(k[kStep * q], k[kStep * q]);
-        for (int p = 0; p < P::kPairs; ++p) min_pairs[p][i] = int16_pair(mn[2 * kStep * p], mn[2 * kStep * p + kStep]);
+        // k16 and mn16 hold a value per 16-element sub-block; with one scale per 32 columns
+        // (kSubs 1), lanes 2j and 2j + 1 are equal.
+        if constexpr (P::kSubs == 1) {
+          scale_pairs[0][i] = s.k16;  // dword j: (k_j, k_j)
+          // (mn_2p, mn_2p+1): the low halves of dwords 2p and 2p + 1, gathered in each 128-bit
+          // lane, then the lanes' two results side by side.
+          const __m256i low_halves = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1,  //
+                                                      0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1);
+          min_pairs[i] = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(s.mn16, low_halves), _MM_SHUFFLE(3, 1, 2, 0));
+        } else {
+          // (k_q, k_q) for q = 0..15: each int16 doubled (in-lane unpacks), lanes put in order.
+          const __m256i lo = _mm256_unpacklo_epi16(s.k16, s.k16);  // q 0-3 | 8-11
+          const __m256i hi = _mm256_unpackhi_epi16(s.k16, s.k16);  // q 4-7 | 12-15
+          scale_pairs[0][i] = _mm256_permute2x128_si256(lo, hi, 0x20);
+          scale_pairs[1][i] = _mm256_permute2x128_si256(lo, hi, 0x31);
+          min_pairs[i] = s.mn16;  // dword p: (mn_2p, mn_2p+1)
+        }
         d[i] = s.d;
         dmin[i] = s.dmin;
-        Super::template values<0>(block, codes[i][0], codes[i][1]);
-        Super::template values<1>(block, codes[i][2], codes[i][3]);
-        Super::template values<2>(block, codes[i][4], codes[i][5]);
-        Super::template values<3>(block, codes[i][6], codes[i][7]);
       }
-      uint8_t* dst = panel_out + u * kSuperBytes;
-      for (int j = 0; j < kBlocks; ++j) {
-        __m256i block[kPanelRows];
-        for (int i = 0; i < kPanelRows; ++i) block[i] = codes[i][j];
-        transpose_8x8_dwords(block);
-        for (int q = 0; q < kQuads; ++q) {
-          _mm256_store_si256(reinterpret_cast<__m256i*>(dst + j * P::kBlockBytes + q * 32), block[q]);
+      // The codes are transposed before they are decoded: each 32-byte run of the 8 rows'
+      // code bytes goes through one 8 × 8 dword transpose into the code bytes of 8 virtual
+      // blocks, virtual block m holding columns 4m..4m + 3 of every row where a block holds
+      // columns 0..31 of one row. Super::values works byte by byte, so decoding virtual block m
+      // gives quad m of every 32-column block, as staged. (Decoding first took 8 transposes per
+      // super-block, one per 32-column block; the code bytes take 2 (Q2_K) to 6 (Q6_K).)
+      alignas(32) uint8_t virtual_blocks[kPanelRows][P::kCodeEnd];
+      for (int c = P::kCodeBegin; c < P::kCodeEnd; c += 32) {
+        __m256i run[kPanelRows];
+        for (int i = 0; i < kPanelRows; ++i) {
+          run[i] = src[i] == nullptr
+                       ? _mm256_setzero_si256()
+                       : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src[i] + u * Super::kBytes + c));
         }
-        std::memcpy(dst + j * P::kBlockBytes + kCodeBytes, scale_pairs[j * P::kSubs], 32 * P::kSubs);
+        transpose_8x8_dwords(run);
+        for (int m = 0; m < kPanelRows; ++m) {
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(&virtual_blocks[m][c]), run[m]);
+        }
+      }
+      for (int h = 0; h < P::kSubs; ++h) transpose_8x8_dwords(scale_pairs[h]);  // [h][k]: scale 8h + k
+      transpose_8x8_dwords(min_pairs);                                          // [p]: pair p
+      uint8_t* dst = panel_out + u * kSuperBytes;
+      for (int m = 0; m < kQuads; ++m) {
+        __m256i quads[kBlocks];  // quad m of 32-column block j
+        const uint8_t* virtual_block = virtual_blocks[m];
+        Super::template values<0>(virtual_block, quads[0], quads[1]);
+        Super::template values<1>(virtual_block, quads[2], quads[3]);
+        Super::template values<2>(virtual_block, quads[4], quads[5]);
+        Super::template values<3>(virtual_block, quads[6], quads[7]);
+        for (int j = 0; j < kBlocks; ++j) {
+          _mm256_store_si256(reinterpret_cast<__m256i*>(dst + j * P::kBlockBytes + m * 32), quads[j]);
+        }
+      }
+      for (int j = 0; j < kBlocks; ++j) {
+        for (int h = 0; h < P::kSubs; ++h) {  // block j's scales: q = kSubs·j + h
+          const int q = P::kSubs * j + h;
+          _mm256_store_si256(reinterpret_cast<__m256i*>(dst + j * P::kBlockBytes + kCodeBytes + 32 * h),
+                             scale_pairs[q / 8][q % 8]);
+        }
       }
       std::memcpy(dst + P::kDOffset, d, 32);
       std::memcpy(dst + P::kDminOffset, dmin, 32);
-      std::memcpy(dst + P::kMinsOffset, min_pairs, sizeof(min_pairs));
+      for (int p = 0; p < P::kPairs; ++p) {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(dst + P::kMinsOffset + 32 * p), min_pairs[p]);
+      }
     }
   }
 }
