@@ -24,10 +24,11 @@
 // QuantizedActivations.
 #include <immintrin.h>
 
+#include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "core/check.h"
-#include "ops/half_f16c.h"
 #include "ops/matmul_kernels.h"
 #include "ops/matmul_panel_driver_avx2.h"
 #include "ops/matmul_super_decode_avx2.h"
@@ -43,22 +44,14 @@ constexpr int kPlaneBytes = 32 * kQuads;
 // Staging prefetches each row this many bytes ahead.
 constexpr int64_t kPrefetchBytes = 512;
 
-// How a weight type's values become panel codes. Each type decodes one unit of a row (a
-// 32-element block, or a 256-element super-block of 8 blocks) into kUnitBlocks × 32 code bytes
-// u in column order and an f32 scale per block:
+// How a weight type's values become panel codes u with an f32 scale per 32-element block:
 //   value = scale·(u − 2^kOffsetShift)  (the integer offset taken out in int32).
-// Codes of more than 4 bits are split into planes of 4 (u = l + 16·h).
-struct PanelQ4_0 {
+// Codes of more than 4 bits are split into planes of 4 (u = l + 16·h). Types staged by
+// stage_panels decode one unit of a row (a 32-element block, or a 256-element super-block of 8
+// blocks) into kUnitBlocks × 32 code bytes in column order and a scale per block.
+struct PanelQ4_0 {  // staged by stage_q4_0_panels
   static constexpr int kPlanes = 1;
   static constexpr int kOffsetShift = 3;  // nibbles stored + 8
-  static constexpr int kUnitBlocks = 1;
-  static constexpr int64_t kUnitBytes = sizeof(BlockQ4_0);
-  // Byte i holds element i (low nibble) and i + 16 (high nibble).
-  static void decode(const uint8_t* block, __m256i* codes, float* scales) {
-    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2));
-    codes[0] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(0x0f));
-    scales[0] = half_f16c(block);
-  }
 };
 
 // IQ4_XS through its register decoder (matmul_super_decode_avx2.h): d·k of each 32-element
@@ -151,6 +144,59 @@ void stage_panels(const WeightMatrix& w, int64_t r0, int64_t row_end, int64_t nu
           }
         }
         _mm256_store_ps(reinterpret_cast<float*>(dst + scales_offset<Codes>()), _mm256_load_ps(scales[j]));
+      }
+    }
+  }
+}
+
+// Q4_0's own staging: each row's packed bytes of two blocks side by side in a register, dword
+// transposed before they are split into nibbles. Vector m < 4 then holds bytes 4m..4m + 3 of
+// the first block of every row and vector 4 + m those of the second; a byte's low nibble is
+// column 4m + l, its high nibble column 16 + 4m + l. One transpose per two blocks (decoding
+// first took one per block), and the scales go through one conversion per block.
+void stage_q4_0_panels(const WeightMatrix& w, int64_t r0, int64_t row_end, int64_t num_panels, uint8_t* out) {
+  const int64_t num_blocks = w.cols / 32;
+  const int64_t block_bytes = staged_block_bytes<PanelQ4_0>();
+  const __m256i nibble = _mm256_set1_epi8(0x0f);
+  constexpr int64_t kBytes = sizeof(BlockQ4_0);
+  for (int64_t panel = 0; panel < num_panels; ++panel) {
+    uint8_t* panel_out = out + panel * num_blocks * block_bytes;
+    const uint8_t* src[kPanelRows];
+    for (int i = 0; i < kPanelRows; ++i) {
+      const int64_t row = r0 + panel * kPanelRows + i;
+      src[i] = row < row_end ? w.data + static_cast<uint64_t>(row) * w.row_bytes : nullptr;
+    }
+    for (int64_t b = 0; b < num_blocks; b += 2) {
+      const int count = b + 1 < num_blocks ? 2 : 1;
+      __m256i packed[kPanelRows];
+      alignas(16) uint16_t halves[2][kPanelRows] = {};  // f16 zero for rows past the matrix
+      for (int i = 0; i < kPanelRows; ++i) {
+        if (src[i] == nullptr) {
+          packed[i] = _mm256_setzero_si256();
+          continue;
+        }
+        const uint8_t* block = src[i] + b * kBytes;
+        // The hardware prefetcher alone follows 8 row streams at half the DRAM bandwidth.
+        _mm_prefetch(reinterpret_cast<const char*>(block + kPrefetchBytes), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(block + kPrefetchBytes + 2 * kBytes - 1), _MM_HINT_T0);
+        const __m128i first = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2));
+        const __m128i second =
+            count == 2 ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + kBytes + 2)) : _mm_setzero_si128();
+        packed[i] = _mm256_set_m128i(second, first);
+        std::memcpy(&halves[0][i], block, 2);
+        if (count == 2) std::memcpy(&halves[1][i], block + kBytes, 2);
+      }
+      transpose_8x8_dwords(packed);
+      for (int h = 0; h < count; ++h) {
+        uint8_t* dst = panel_out + (b + h) * block_bytes;
+        for (int m = 0; m < 4; ++m) {
+          const __m256i bytes = packed[4 * h + m];
+          _mm256_store_si256(reinterpret_cast<__m256i*>(dst + m * 32), _mm256_and_si256(bytes, nibble));
+          _mm256_store_si256(reinterpret_cast<__m256i*>(dst + (m + 4) * 32),
+                             _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble));
+        }
+        _mm256_store_ps(reinterpret_cast<float*>(dst + scales_offset<PanelQ4_0>()),
+                        _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(halves[h]))));
       }
     }
   }
@@ -256,7 +302,11 @@ void run_panels(const MatmulProblem& p, int64_t row_begin, int64_t row_end) {
       p, row_begin, row_end, num_blocks * staged_block_bytes<Codes>(),
       QuantizedActivations::bytes_per_token(num_blocks), num_blocks,
       [&](int64_t r0, int64_t stage_end, int64_t num_panels, uint8_t* out) {
-        stage_panels<Codes>(w, r0, stage_end, num_panels, out);
+        if constexpr (std::is_same_v<Codes, PanelQ4_0>) {
+          stage_q4_0_panels(w, r0, stage_end, num_panels, out);
+        } else {
+          stage_panels<Codes>(w, r0, stage_end, num_panels, out);
+        }
       },
       [&](auto tokens, const uint8_t* panel, int64_t t, int64_t panel_r0, int valid,
           avx2_panels::NextStagePrefetch& prefetch) {
