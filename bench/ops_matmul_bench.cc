@@ -89,10 +89,11 @@ const bool kRegistered = [] {
       }
     }
   }
-  // Every ISA on the formats people download (Q8_0, Q4_0, the K-quants of Q4_K_M, F16, BF16).
-  for (GgmlType type :
-       {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kF16, GgmlType::kBF16}) {
-    for (int64_t num_tokens : {1, 2, 4, 8, 12, 16, 32, 64, 128, 512}) {
+  // Every ISA on the formats people download (Q8_0, Q4_0, the K-quants of Q4_K_M, F16, BF16, then
+  // the other K-quants and IQ4_XS); 6 and 10 tokens place the AVX2 panel thresholds.
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kF16,
+                        GgmlType::kBF16, GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ5_K, GgmlType::kIQ4_XS}) {
+    for (int64_t num_tokens : {1, 2, 4, 6, 8, 10, 12, 16, 32, 64, 128, 512}) {
       for (ops_internal::Isa isa : ops_internal::available_isas()) {
         if (isa == ops_internal::Isa::kPortable) continue;
         const std::string name = fmt::format("matmul_isa/{}/2048x2048/tokens:{}/isa:{}/threads:2", ggml_type_name(type),

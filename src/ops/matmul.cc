@@ -259,8 +259,10 @@ void interleave_token_groups(const QuantizedActivations& xq, int64_t group_begin
 int64_t avx2_panel_min_tokens(GgmlType type) {
   switch (type) {
     case GgmlType::kQ8_0:
-    case GgmlType::kQ4_0:
-      return 16;
+    case GgmlType::kIQ4_XS:
+      return 12;
+    case GgmlType::kQ6_K:
+      return 10;
     default:
       return 8;
   }

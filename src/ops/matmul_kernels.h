@@ -237,16 +237,14 @@ void matmul_wide_panels_avx2(const MatmulProblem& p, int64_t row_begin, int64_t 
 // xq's int8 values of tokens [token_begin, token_end) as int16 into out ([num_tokens, cols]),
 // once per call for every thread of the kernel above.
 void widen_activations_avx2(const QuantizedActivations& xq, int64_t token_begin, int64_t token_end, int16_t* out);
-// Batches of at least this many tokens take it on Isa::kAvx2; smaller ones the
-// row kernels, for which the staging (about two single-token passes over the weights) is not
-// worth it. Measured (2048² weights, 2 threads, Sapphire Rapids on AVX2): panels / rows 1.6x
-// the time at 4 Q8_0 tokens, 1.06x at 12, 0.99x at 16, 0.84x at 32; Q4_0 1.36x at 4, 0.84x at 8;
-// Q4_K 0.93x at 8, 0.71x at 12; Q6_K 0.99x at 8, 0.89x at 12. Since the Q4_0 rows take blocks
-// in pairs (1.2-1.9x faster), and with weights cold in DRAM as in a model (Zen 5 with
-// KVLM_CPU=avx2, 2048², 8192 × 2048, 2048 × 8192): Q4_0 panels / rows 1.7x at 8, 1.03-1.18x at
-// 16, 0.87-0.99x at 24; Q8_0 1.12-1.16x at 12, 1.00-1.03x at 16, 0.86-0.87x at 24; Q4_K 1.12x at
-// 8, 0.86x at 12. Q8_0 switches at 16, where both machines measured even; Q4_0 at 16 too,
-// below Zen 5's crossover (17-24 tokens by shape), as Sapphire Rapids' was not re-measured.
+// Batches of at least this many tokens take it on Isa::kAvx2; smaller ones the row kernels,
+// for which staging the weights is not worth it. Measured after the staging was made cheaper
+// (c89c520; kvlm_microbench matmul_isa 2048², weights cold in DRAM, 2 threads, Zen 5 with
+// KVLM_CPU=avx2, two interleaved rounds, panels / rows time): Q8_0 0.96-1.08x at 8, 0.93-1.01x
+// at 10, 0.93-0.94x at 12; Q4_0 1.13-1.23x at 6, 0.93-0.99x at 8; Q4_K 1.05-1.08x at 6,
+// 0.88-0.93x at 8; Q2_K, Q3_K, Q5_K 1.06-1.28x at 6, 0.86-0.96x at 8; Q6_K 1.12-1.16x at 8,
+// 0.95-0.96x at 10; IQ4_XS (two planes) 1.04-1.14x at 8, 0.90-1.06x at 10, 0.83-0.97x at 12.
+// Each type switches where the panels first measured ahead in both rounds.
 int64_t avx2_panel_min_tokens(GgmlType type);
 bool avx2_panels_take_batch(Isa isa, GgmlType type, int64_t num_tokens);
 // Its own witness (beside the AVX2 count): tests that expect the panels assert they ran.
