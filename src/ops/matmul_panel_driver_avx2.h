@@ -21,6 +21,15 @@ inline constexpr int64_t kStageBytes = 192 << 10;
 // The activations of a token chunk stay in L2 too, beside the staged rows.
 inline constexpr int64_t kChunkBytes = 192 << 10;
 
+// The source rows of panel `panel` of a stage whose first row is r0: nullptr for rows past row_end.
+inline void panel_rows(const WeightMatrix& w, int64_t r0, int64_t row_end, int64_t panel,
+                       const uint8_t* (&src)[kPanelRows]) {
+  for (int i = 0; i < kPanelRows; ++i) {
+    const int64_t row = r0 + panel * kPanelRows + i;
+    src[i] = row < row_end ? w.data + static_cast<uint64_t>(row) * w.row_bytes : nullptr;
+  }
+}
+
 // Brings the bytes the next stage will read into L2 while the tiles run over this one, a few
 // lines per step (a tile calls step() once per block of its loop), so that staging does not
 // wait on DRAM. With few tokens (batched decode) the tiles are short, and staging that waited

@@ -110,10 +110,7 @@ void stage_panels(const WeightMatrix& w, int64_t r0, int64_t row_end, int64_t nu
   for (int64_t panel = 0; panel < num_panels; ++panel) {
     uint8_t* panel_out = out + panel * num_blocks * block_bytes;
     const uint8_t* src[kPanelRows];
-    for (int i = 0; i < kPanelRows; ++i) {
-      const int64_t row = r0 + panel * kPanelRows + i;
-      src[i] = row < row_end ? w.data + static_cast<uint64_t>(row) * w.row_bytes : nullptr;
-    }
+    avx2_panels::panel_rows(w, r0, row_end, panel, src);
     for (int64_t unit = 0; unit < num_blocks / kUnitBlocks; ++unit) {
       __m256i codes[kPanelRows][kUnitBlocks];
       alignas(32) float scales[kUnitBlocks][kPanelRows];
@@ -162,10 +159,7 @@ void stage_q4_0_panels(const WeightMatrix& w, int64_t r0, int64_t row_end, int64
   for (int64_t panel = 0; panel < num_panels; ++panel) {
     uint8_t* panel_out = out + panel * num_blocks * block_bytes;
     const uint8_t* src[kPanelRows];
-    for (int i = 0; i < kPanelRows; ++i) {
-      const int64_t row = r0 + panel * kPanelRows + i;
-      src[i] = row < row_end ? w.data + static_cast<uint64_t>(row) * w.row_bytes : nullptr;
-    }
+    avx2_panels::panel_rows(w, r0, row_end, panel, src);
     for (int64_t b = 0; b < num_blocks; b += 2) {
       const int count = b + 1 < num_blocks ? 2 : 1;
       __m256i packed[kPanelRows];

@@ -82,10 +82,7 @@ void stage_super_panels(const WeightMatrix& w, int64_t r0, int64_t row_end, int6
   for (int64_t panel = 0; panel < num_panels; ++panel) {
     uint8_t* panel_out = out + panel * num_supers * kSuperBytes;
     const uint8_t* src[kPanelRows];
-    for (int i = 0; i < kPanelRows; ++i) {
-      const int64_t row = r0 + panel * kPanelRows + i;
-      src[i] = row < row_end ? w.data + static_cast<uint64_t>(row) * w.row_bytes : nullptr;
-    }
+    avx2_panels::panel_rows(w, r0, row_end, panel, src);
     for (int64_t u = 0; u < num_supers; ++u) {
       // Per row, its int16 scale pairs (k, k), one dword per scale (8 · kSubs), and its min (or
       // o·k) pairs, one dword per two scales; transposed below into one vector per dword.

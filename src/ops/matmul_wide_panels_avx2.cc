@@ -33,7 +33,7 @@
 namespace kvlm::ops_internal {
 namespace {
 
-constexpr int kPanelRows = 8;
+using avx2_panels::kPanelRows;
 constexpr int kPairs = 16;  // int16 column pairs of a 32-column block
 constexpr int64_t kScalesOffset = kPairs * 32;
 constexpr int64_t kBlockBytes = kScalesOffset + kPanelRows * 4;
@@ -55,10 +55,7 @@ __attribute__((noinline)) void stage_panels(const WeightMatrix& w, int64_t r0, i
   const int64_t panel_bytes = (b1 - b0) * kBlockBytes;
   for (int64_t panel = 0; panel < num_panels; ++panel) {
     const uint8_t* src[kPanelRows];
-    for (int i = 0; i < kPanelRows; ++i) {
-      const int64_t row = r0 + panel * kPanelRows + i;
-      src[i] = row < row_end ? w.data + static_cast<uint64_t>(row) * w.row_bytes : nullptr;
-    }
+    avx2_panels::panel_rows(w, r0, row_end, panel, src);
     for (int64_t b = b0; b < b1; ++b) {
       __m256i q[kPanelRows];  // row i's 32 codes
       alignas(16) uint16_t halves[kPanelRows];
