@@ -57,7 +57,8 @@ struct NextStagePrefetch {
         end(byte_end),
         offset(byte_begin / 64 * 64) {
     const int64_t lines = std::max<int64_t>(0, row_end - row) * ((end - begin + 63) / 64);
-    lines_per_step = (lines + std::max<int64_t>(1, steps) - 1) / std::max<int64_t>(1, steps);
+    steps = std::max<int64_t>(1, steps);
+    lines_per_step = (lines + steps - 1) / steps;
   }
 
   void step() {

@@ -25,7 +25,6 @@
 #include <immintrin.h>
 
 #include <cstring>
-#include <type_traits>
 #include <vector>
 
 #include "core/check.h"
@@ -49,7 +48,7 @@ constexpr int64_t kPrefetchBytes = 512;
 // Codes of more than 4 bits are split into planes of 4 (u = l + 16·h). Types staged by
 // stage_panels decode one unit of a row (a 32-element block, or a 256-element super-block of 8
 // blocks) into kUnitBlocks × 32 code bytes in column order and a scale per block.
-struct PanelQ4_0 {  // staged by stage_q4_0_panels
+struct PanelQ4_0 {  // staged by stage_panels<PanelQ4_0>
   static constexpr int kPlanes = 1;
   static constexpr int kOffsetShift = 3;  // nibbles stored + 8
 };
@@ -77,16 +76,11 @@ struct PanelIq4Xs {
   }
 };
 
-// Splits codes into 4-bit planes.
-template <int kPlanes>
-inline void split_planes(__m256i u, __m256i* planes) {
+// Splits 8-bit codes into two 4-bit planes, u = l + 16·h.
+inline void split_planes(__m256i u, __m256i (&planes)[2]) {
   const __m256i nibble = _mm256_set1_epi8(0x0f);
-  if constexpr (kPlanes == 1) {
-    planes[0] = u;
-  } else {
-    planes[0] = _mm256_and_si256(u, nibble);
-    planes[1] = _mm256_and_si256(_mm256_srli_epi16(u, 4), nibble);
-  }
+  planes[0] = _mm256_and_si256(u, nibble);
+  planes[1] = _mm256_and_si256(_mm256_srli_epi16(u, 4), nibble);
 }
 
 template <class Codes>
@@ -100,10 +94,11 @@ constexpr int64_t staged_block_bytes() {
 
 // Stages rows [r0, row_end) into num_panels panels (the rows past row_end as zeros). Each
 // unit of 8 rows is decoded, and each block transposed as 4-byte groups (an 8 × 8 dword
-// transpose), then split into planes.
+// transpose), then split into planes. Q4_0 (one plane) has its own specialization below.
 template <class Codes>
 void stage_panels(const WeightMatrix& w, int64_t r0, int64_t row_end, int64_t num_panels, uint8_t* out) {
   constexpr int kPlanes = Codes::kPlanes;
+  static_assert(kPlanes == 2, "one-plane types decode after their transpose (stage_panels<PanelQ4_0>)");
   constexpr int kUnitBlocks = Codes::kUnitBlocks;
   const int64_t num_blocks = w.cols / 32;
   const int64_t block_bytes = staged_block_bytes<Codes>();
@@ -135,7 +130,7 @@ void stage_panels(const WeightMatrix& w, int64_t r0, int64_t row_end, int64_t nu
         transpose_8x8_dwords(block);
         for (int k = 0; k < kQuads; ++k) {
           __m256i planes[kPlanes];
-          split_planes<kPlanes>(block[k], planes);
+          split_planes(block[k], planes);
           for (int p = 0; p < kPlanes; ++p) {
             _mm256_store_si256(reinterpret_cast<__m256i*>(dst + p * kPlaneBytes + k * 32), planes[p]);
           }
@@ -146,12 +141,13 @@ void stage_panels(const WeightMatrix& w, int64_t r0, int64_t row_end, int64_t nu
   }
 }
 
-// Q4_0's own staging: each row's packed bytes of two blocks side by side in a register, dword
+// Q4_0's staging: each row's packed bytes of two blocks side by side in a register, dword
 // transposed before they are split into nibbles. Vector m < 4 then holds bytes 4m..4m + 3 of
 // the first block of every row and vector 4 + m those of the second; a byte's low nibble is
 // column 4m + l, its high nibble column 16 + 4m + l. One transpose per two blocks (decoding
 // first took one per block), and the scales go through one conversion per block.
-void stage_q4_0_panels(const WeightMatrix& w, int64_t r0, int64_t row_end, int64_t num_panels, uint8_t* out) {
+template <>
+void stage_panels<PanelQ4_0>(const WeightMatrix& w, int64_t r0, int64_t row_end, int64_t num_panels, uint8_t* out) {
   const int64_t num_blocks = w.cols / 32;
   const int64_t block_bytes = staged_block_bytes<PanelQ4_0>();
   const __m256i nibble = _mm256_set1_epi8(0x0f);
@@ -296,11 +292,7 @@ void run_panels(const MatmulProblem& p, int64_t row_begin, int64_t row_end) {
       p, row_begin, row_end, num_blocks * staged_block_bytes<Codes>(),
       QuantizedActivations::bytes_per_token(num_blocks), num_blocks,
       [&](int64_t r0, int64_t stage_end, int64_t num_panels, uint8_t* out) {
-        if constexpr (std::is_same_v<Codes, PanelQ4_0>) {
-          stage_q4_0_panels(w, r0, stage_end, num_panels, out);
-        } else {
-          stage_panels<Codes>(w, r0, stage_end, num_panels, out);
-        }
+        stage_panels<Codes>(w, r0, stage_end, num_panels, out);
       },
       [&](auto tokens, const uint8_t* panel, int64_t t, int64_t panel_r0, int valid,
           avx2_panels::NextStagePrefetch& prefetch) {

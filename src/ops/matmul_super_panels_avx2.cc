@@ -128,7 +128,7 @@ void stage_super_panels(const WeightMatrix& w, int64_t r0, int64_t row_end, int6
       // columns 0..31 of one row. Super::values works byte by byte, so decoding virtual block m
       // gives quad m of every 32-column block, as staged. (Decoding first took 8 transposes per
       // super-block, one per 32-column block; the code bytes take 2 (Q2_K) to 6 (Q6_K).)
-      alignas(32) uint8_t virtual_blocks[kPanelRows][P::kCodeEnd];
+      alignas(32) uint8_t virtual_blocks[kQuads][P::kCodeEnd];
       for (int c = P::kCodeBegin; c < P::kCodeEnd; c += 32) {
         __m256i run[kPanelRows];
         for (int i = 0; i < kPanelRows; ++i) {
@@ -136,8 +136,8 @@ void stage_super_panels(const WeightMatrix& w, int64_t r0, int64_t row_end, int6
                        ? _mm256_setzero_si256()
                        : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src[i] + u * Super::kBytes + c));
         }
-        transpose_8x8_dwords(run);
-        for (int m = 0; m < kPanelRows; ++m) {
+        transpose_8x8_dwords(run);  // run[m]: dword m (quad m) of every row
+        for (int m = 0; m < kQuads; ++m) {
           _mm256_storeu_si256(reinterpret_cast<__m256i*>(&virtual_blocks[m][c]), run[m]);
         }
       }

@@ -174,16 +174,7 @@ void wide_tile(const TileArgs& a) {
     }
   }
   for (int p = 0; p < P; ++p) {
-    for (int t = 0; t < T; ++t) {
-      float* out = a.y[t] + p * kPanelRows;
-      if (a.valid_rows[p] == kPanelRows) {
-        _mm256_storeu_ps(out, acc[p][t]);
-      } else {
-        alignas(32) float lanes[kPanelRows];
-        _mm256_store_ps(lanes, acc[p][t]);
-        std::memcpy(out, lanes, static_cast<size_t>(a.valid_rows[p]) * 4);
-      }
-    }
+    for (int t = 0; t < T; ++t) avx2_panels::store_panel_rows(acc[p][t], a.y[t] + p * kPanelRows, a.valid_rows[p]);
   }
 }
 
